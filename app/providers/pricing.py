@@ -1,0 +1,284 @@
+"""Turn a `Usage` into a `Cost` with a stated source, or admit the cost is unknown.
+
+Rates come from the `genai-prices` package's bundled snapshot, which is versioned with the
+package, so a cost can name exactly which table priced it. Nothing here fetches fresher
+data: `genai_prices.UpdatePrices` would make the same request price differently from one
+hour to the next with no version to show for it, and Courier makes no outbound calls
+besides the model provider.
+
+Two facts about genai-prices shape the conversion below (both checked against 0.2.3):
+
+* its `input_tokens` is the *inclusive* prompt total and cache reads/writes are
+  sub-counts of it (its Anthropic extractor sums `input_tokens` + both cache fields into
+  `input_tokens`); it prices the fresh remainder by subtracting only the cache buckets the
+  model has a rate for;
+* so a model without a cache-read rate silently bills cache reads at the full input rate,
+  which is why we check every non-empty bucket for its own rate before trusting the total.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, Final, Literal
+
+import genai_prices
+
+from app.providers.usage import Usage
+
+CostStatus = Literal["estimated", "included", "unknown"]
+"""`estimated`: list price times usage. `included`: covered by a flat-rate contract, so the
+marginal cost is 0. `unknown`: at least one bucket with tokens has no rate."""
+
+OVERRIDE_SOURCE: Final = "config override"
+_SOURCE_SEP: Final = " + "
+_PER_MTOK: Final = Decimal(1_000_000)
+
+# (human label, Usage field, genai-prices price key). Reasoning is absent on purpose: it is
+# a breakdown of output, billed inside it, so a missing reasoning rate never makes a cost
+# unknown (the rare table entry with a distinct one is honoured in `_to_genai_usage`).
+_BUCKETS: Final[tuple[tuple[str, str, str], ...]] = (
+    ("input", "input_tokens", "input_mtok"),
+    ("output", "output_tokens", "output_mtok"),
+    ("cache read", "cache_read_tokens", "cache_read_mtok"),
+    ("cache write", "cache_write_tokens", "cache_write_mtok"),
+)
+
+
+def prices_version() -> str:
+    """The source string for every cost priced from the bundled genai-prices table."""
+    return f"genai-prices {genai_prices.__version__}"
+
+
+@dataclass(frozen=True, slots=True)
+class PriceOverride:
+    """Operator-configured USD rates per million tokens for one model, replacing the table.
+
+    A rate left as None is unknown, not free: usage in that bucket makes the cost unknown.
+    Rates are never mixed with genai-prices ones, so a cost always has a single source.
+    """
+
+    input_per_mtok: Decimal | None = None
+    output_per_mtok: Decimal | None = None
+    cache_read_per_mtok: Decimal | None = None
+    cache_write_per_mtok: Decimal | None = None
+    included: bool = False
+    """A flat-rate contract (or a local model): every call costs 0 with status `included`."""
+
+    def __post_init__(self) -> None:
+        # A bad rate is a config mistake; failing at startup beats billing a negative cost.
+        for name in (
+            "input_per_mtok",
+            "output_per_mtok",
+            "cache_read_per_mtok",
+            "cache_write_per_mtok",
+        ):
+            _check_rate(name, getattr(self, name))
+
+    def rate_for(self, field: str) -> Decimal | None:
+        """The override rate for a `Usage` bucket field name."""
+        return {
+            "input_tokens": self.input_per_mtok,
+            "output_tokens": self.output_per_mtok,
+            "cache_read_tokens": self.cache_read_per_mtok,
+            "cache_write_tokens": self.cache_write_per_mtok,
+        }[field]
+
+
+def _check_rate(name: str, rate: Decimal | None) -> None:
+    if rate is None:
+        return
+    if not isinstance(rate, Decimal) or not rate.is_finite() or rate < 0:
+        raise ValueError(f"PriceOverride.{name} must be a finite, non-negative Decimal: {rate!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """A USD amount with where its rates came from; `amount` is None exactly when unknown."""
+
+    amount: Decimal | None
+    status: CostStatus
+    source: str
+    """`genai-prices <version>`, `config override`, or several joined by ` + ` after a sum.
+    Empty only for `Cost.zero()`, which is what makes it the identity of `+`."""
+    notes: tuple[str, ...] = ()
+    """Why a cost is unknown, or anything else a reader of the figure should know."""
+
+    def __post_init__(self) -> None:
+        # The invariant every consumer relies on: no number is ever shown for an unknown cost,
+        # and a known cost always has one.
+        if (self.amount is None) != (self.status == "unknown"):
+            raise ValueError(f"Cost amount {self.amount!r} contradicts status {self.status!r}")
+
+    @classmethod
+    def zero(cls) -> Cost:
+        """The starting point for summing a turn's calls; adding it changes nothing."""
+        return cls(Decimal(0), "estimated", "")
+
+    @property
+    def amount_float(self) -> float | None:
+        """For JSON and metrics, which cannot carry Decimal; None stays None (never 0.0)."""
+        return None if self.amount is None else float(self.amount)
+
+    def __add__(self, other: Cost) -> Cost:
+        if not isinstance(other, Cost):
+            return NotImplemented
+        # zero() has no source; without this, a sum of `included` calls started from zero()
+        # would come out `estimated`.
+        if not self.source and self.amount == 0 and not self.notes:
+            return other
+        if not other.source and other.amount == 0 and not other.notes:
+            return self
+        status = _combined_status(self.status, other.status)
+        amount = None if status == "unknown" else _known(self.amount) + _known(other.amount)
+        return Cost(
+            amount=amount,
+            status=status,
+            source=_SOURCE_SEP.join(
+                _dedupe([*self.source.split(_SOURCE_SEP), *other.source.split(_SOURCE_SEP)])
+            ),
+            notes=tuple(_dedupe([*self.notes, *other.notes])),
+        )
+
+
+def _combined_status(left: CostStatus, right: CostStatus) -> CostStatus:
+    # Unknown anywhere poisons the sum (rule 7: never a partial sum); any list-priced part
+    # makes the whole an estimate; only all-included stays included.
+    if "unknown" in (left, right):
+        return "unknown"
+    if "estimated" in (left, right):
+        return "estimated"
+    return "included"
+
+
+def _known(amount: Decimal | None) -> Decimal:
+    assert amount is not None, "a non-unknown Cost always has an amount"
+    return amount
+
+
+def _dedupe(items: Iterable[str]) -> list[str]:
+    return [item for item in dict.fromkeys(items) if item]
+
+
+def _unknown(source: str, note: str) -> Cost:
+    return Cost(amount=None, status="unknown", source=source, notes=(note,))
+
+
+# ------------------------------------------------------------------------------ pricing
+
+
+def price_usage(
+    usage: Usage,
+    *,
+    model: str,
+    provider: str | None = None,
+    override: PriceOverride | None = None,
+    at: datetime | None = None,
+) -> Cost:
+    """Price one upstream call's usage in USD; never raises for unknown models or usage.
+
+    Price each call and sum the `Cost`s rather than pricing a summed `Usage`: long-context
+    tiers and per-request fees apply per request, so a turn's summed prompt would cross the
+    200K tier (or pay one request fee) when no single call did.
+
+    `provider` is a hint for genai-prices' provider id ("anthropic", "openai", ...); if that
+    provider does not list the model we fall back to matching the model name alone and say
+    so in a note. `at` is the request time, which selects dated and time-of-day prices
+    (DeepSeek off-peak); it defaults to now.
+    """
+    if override is not None:
+        return _price_with_override(usage, override)
+    source = prices_version()
+    # Nothing to price, nothing missing: true even for a model the table has never heard of.
+    if all(getattr(usage, field) == 0 for _, field, _ in _BUCKETS):
+        return Cost(Decimal(0), "estimated", source)
+    return _price_with_genai(usage, model=model, provider=provider, at=at, source=source)
+
+
+def _price_with_override(usage: Usage, override: PriceOverride) -> Cost:
+    if override.included:
+        return Cost(Decimal(0), "included", OVERRIDE_SOURCE)
+    missing = [
+        label
+        for label, field, _ in _BUCKETS
+        if getattr(usage, field) > 0 and override.rate_for(field) is None
+    ]
+    if missing:
+        return _unknown(OVERRIDE_SOURCE, f"config override has no {_join(missing)} rate")
+    amount = Decimal(0)
+    for _, field, _ in _BUCKETS:
+        tokens: int = getattr(usage, field)
+        rate = override.rate_for(field)
+        if tokens and rate is not None:
+            amount += Decimal(tokens) * rate / _PER_MTOK
+    return Cost(amount, "estimated", OVERRIDE_SOURCE)
+
+
+def _price_with_genai(
+    usage: Usage, *, model: str, provider: str | None, at: datetime | None, source: str
+) -> Cost:
+    when = at if at is not None else datetime.now(tz=UTC)
+    gp_usage = _to_genai_usage(usage)
+    notes: list[str] = []
+    try:
+        try:
+            calc = _calc(gp_usage, model, provider, when)
+        except LookupError:
+            if provider is None:
+                raise
+            # The hint often names the wire ("openai" for any OpenAI-compatible upstream),
+            # not the vendor, so let the model name find its vendor, and say we did.
+            calc = _calc(gp_usage, model, None, when)
+            notes.append(
+                f"provider {provider!r} does not list {model!r} in {source}; "
+                f"priced as {calc.provider.id}/{calc.model.id} by model name"
+            )
+    except LookupError:
+        hint = "" if provider is None else f" (provider {provider!r})"
+        return _unknown(source, f"{source} has no price for model {model!r}{hint}")
+    except ValueError as exc:  # the table rejected the usage shape; never guess a figure
+        return _unknown(source, f"{source} could not price {model!r}: {exc}")
+
+    model_id = f"{calc.provider.id}/{calc.model.id}"
+    # genai-prices bills a cache bucket it has no rate for at the input rate instead, so the
+    # total is only trustworthy if every non-empty bucket has its own rate.
+    missing = [
+        label
+        for label, field, price_key in _BUCKETS
+        if getattr(usage, field) > 0 and getattr(calc.model_price, price_key, None) is None
+    ]
+    if missing:
+        return _unknown(source, f"{source} has no {_join(missing)} rate for {model_id}")
+    if calc.auto_update_timestamp is not None:
+        # Someone installed a fetched snapshot in this process; the version no longer names
+        # the table, so say when the table was fetched.
+        notes.append(f"rates from a snapshot fetched at {calc.auto_update_timestamp.isoformat()}")
+    total: Decimal = calc.total_price
+    return Cost(total, "estimated", source, tuple(notes))
+
+
+def _calc(gp_usage: Any, model: str, provider: str | None, when: datetime) -> Any:
+    """`genai_prices.calc_price`, typed `Any` because the package is untyped for mypy here."""
+    return genai_prices.calc_price(
+        gp_usage, model, provider_id=provider, genai_request_timestamp=when
+    )
+
+
+def _to_genai_usage(usage: Usage) -> Any:
+    """Our disjoint buckets in genai-prices' nested form: input_tokens is the whole prompt."""
+    return genai_prices.Usage(
+        input_tokens=usage.prompt_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        output_tokens=usage.output_tokens,
+        # Only used when a model has a distinct reasoning rate (Perplexity deep research);
+        # elsewhere it stays inside output. Clamped because genai-prices rejects a part
+        # larger than its whole, and a summed Usage could in principle carry one.
+        output_reasoning_tokens=min(usage.reasoning_tokens, usage.output_tokens),
+    )
+
+
+def _join(labels: list[str]) -> str:
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " or " + labels[-1]
