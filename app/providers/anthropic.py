@@ -1,0 +1,310 @@
+"""Adapter for the Anthropic Messages API, on the official SDK's raw event stream.
+
+The SDK's own retries are off (`max_retries=0`): they ignore our Retry-After cap and would
+multiply with `stream_with_retry`, so one failure could become nine upstream calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import anthropic
+import httpx2  # the transport the anthropic SDK is built on; its read errors escape the SDK
+
+from app.providers.base import (
+    AssistantMessage,
+    Finish,
+    FinishReason,
+    Message,
+    ModelRequest,
+    ProviderError,
+    ProviderEvent,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolResultMessage,
+    UsageEvent,
+    UserMessage,
+)
+from app.providers.errors import classify_http_error, classify_stream_error, redact
+from app.providers.usage import usage_from_anthropic
+
+# ---------------------------------------------------------------------------- request body
+
+
+def _cache_control(ttl: str) -> dict[str, str]:
+    return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else {"type": "ephemeral"}
+
+
+def _mark(blocks: list[dict[str, Any]], ttl: str) -> None:
+    # The marker goes on the last block emitted so far. When the marked item itself produced
+    # no block (empty text), that is the block ending the very same prefix, so the
+    # breakpoint lands where it was asked for instead of being dropped.
+    if blocks:
+        blocks[-1]["cache_control"] = _cache_control(ttl)
+
+
+def _tool_input(arguments: str) -> dict[str, Any]:
+    # The API rejects a tool_use whose input is not an object. The loop repairs arguments
+    # before persisting, so reaching here unparseable is rare; `{}` keeps the request valid.
+    try:
+        parsed = json.loads(arguments) if arguments else {}
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
+    """(role, content blocks) of one message; never an empty text block (the API 400s)."""
+    match message:
+        case UserMessage(content=text):
+            return "user", [{"type": "text", "text": text}] if text else []
+        case ToolResultMessage(tool_call_id=call_id, content=text, is_error=is_error):
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
+            if text:
+                block["content"] = text
+            if is_error:
+                block["is_error"] = True
+            return "user", [block]
+        case AssistantMessage(content=text, tool_calls=calls):
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+            blocks += [
+                {
+                    "type": "tool_use",
+                    "id": call.id,
+                    "name": call.name,
+                    "input": _tool_input(call.arguments),
+                }
+                for call in calls
+            ]
+            return "assistant", blocks
+
+
+def build_messages_body(request: ModelRequest, *, default_max_tokens: int = 8192) -> dict[str, Any]:
+    """The exact JSON body for `POST /v1/messages` (minus `stream`); a pure function."""
+    ttl = request.cache_ttl
+    system: list[dict[str, Any]] = []
+    for system_block in request.system:
+        if system_block.text:
+            system.append({"type": "text", "text": system_block.text})
+        if system_block.cache:
+            _mark(system, ttl)
+
+    turns: list[dict[str, Any]] = []
+    for message in request.messages:
+        role, blocks = _blocks(message)
+        if blocks:
+            # Anthropic requires strict user/assistant alternation and wants every result of
+            # one assistant turn in the single user turn after it; tool results are user
+            # content here, so consecutive results (and a user note after them) share a turn.
+            if turns and turns[-1]["role"] == role:
+                turns[-1]["content"].extend(blocks)
+            else:
+                turns.append({"role": role, "content": blocks})
+        if message.cache and turns:
+            _mark(turns[-1]["content"], ttl)
+
+    sampling = request.sampling
+    body: dict[str, Any] = {
+        "model": request.model,
+        # Required by the API; the other wire shape lets the server pick.
+        "max_tokens": sampling.max_tokens
+        if sampling.max_tokens is not None
+        else default_max_tokens,
+        "messages": turns,
+    }
+    if system:
+        body["system"] = system
+    if request.tools:
+        body["tools"] = [
+            {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
+            for tool in request.tools
+        ]
+        if request.tool_choice == "none":
+            # Keep the schemas: a transcript holding tool_use blocks needs them defined.
+            body["tool_choice"] = {"type": "none"}
+    if sampling.stop:
+        body["stop_sequences"] = list(sampling.stop)
+    if sampling.temperature is not None:
+        body["temperature"] = sampling.temperature
+    if sampling.top_p is not None:
+        body["top_p"] = sampling.top_p
+    return body
+
+
+# ---------------------------------------------------------------------------- accumulator
+
+_STOP_REASONS: dict[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "content_filter",
+}
+
+
+@dataclass(slots=True)
+class MessagesStreamState:
+    """Folds raw Messages stream events (as dicts) into provider events; pure and testable.
+
+    Usage is split across the stream: `message_start` carries input and cache counts,
+    `message_delta` the final (cumulative) output count. Both are merged into one
+    UsageEvent emitted by `finish()`, just before the Finish.
+    """
+
+    stop_reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    _tool_index: dict[int, int] = field(default_factory=dict)
+    """Anthropic content-block index -> our dense tool-call index."""
+
+    def fold(self, event: Mapping[str, Any]) -> list[ProviderEvent]:
+        kind = event.get("type")
+        if kind == "message_start":
+            self._merge_usage((event.get("message") or {}).get("usage"))
+        elif kind == "content_block_start":
+            return self._block_start(event.get("index", 0), event.get("content_block") or {})
+        elif kind == "content_block_delta":
+            return self._block_delta(event.get("index", 0), event.get("delta") or {})
+        elif kind == "message_delta":
+            reason = (event.get("delta") or {}).get("stop_reason")
+            if reason:
+                self.stop_reason = str(reason)
+            self._merge_usage(event.get("usage"))
+        return []
+
+    def _merge_usage(self, usage: Any) -> None:
+        if isinstance(usage, Mapping):
+            # Later counts are cumulative, so they overwrite; a null means "not reported
+            # here", never zero, so it must not erase the start event's input counts.
+            self.usage.update({key: value for key, value in usage.items() if value is not None})
+
+    def _block_start(self, index: int, block: Mapping[str, Any]) -> list[ProviderEvent]:
+        block_type = block.get("type")
+        if block_type == "tool_use":
+            ours = len(self._tool_index)
+            self._tool_index[index] = ours
+            return [ToolCallDelta(index=ours, id=block.get("id"), name=block.get("name"))]
+        if block_type == "text" and block.get("text"):
+            return [TextDelta(block["text"])]
+        if block_type == "thinking" and block.get("thinking"):
+            return [ReasoningDelta(block["thinking"])]
+        return []
+
+    def _block_delta(self, index: int, delta: Mapping[str, Any]) -> list[ProviderEvent]:
+        delta_type = delta.get("type")
+        if delta_type == "text_delta" and delta.get("text"):
+            return [TextDelta(delta["text"])]
+        if delta_type == "thinking_delta" and delta.get("thinking"):
+            return [ReasoningDelta(delta["thinking"])]
+        if delta_type == "input_json_delta" and delta.get("partial_json"):
+            ours = self._tool_index.get(index)
+            if ours is not None:
+                return [ToolCallDelta(index=ours, arguments=delta["partial_json"])]
+        # signature and citation deltas are display/verification state we do not replay.
+        return []
+
+    def finish(self) -> list[ProviderEvent]:
+        """The closing events; raises `stream_dropped` when the stream never said why it ended."""
+        if self.stop_reason is None:
+            raise ProviderError("stream_dropped", "upstream stream ended without a stop_reason")
+        events: list[ProviderEvent] = []
+        if self.usage:
+            raw = dict(self.usage)
+            events.append(UsageEvent(usage=usage_from_anthropic(raw), raw=raw))
+        events.append(Finish(_STOP_REASONS.get(self.stop_reason, "stop")))
+        return events
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def map_sdk_error(exc: anthropic.AnthropicError, *, secret: str | None = None) -> ProviderError:
+    """The SDK's exception as our taxonomy, through the same classifier as the other wire."""
+    if isinstance(exc, anthropic.APIStatusError):
+        if exc.status_code < 400:
+            # An `event: error` frame inside a 200 stream: only its body knows what happened.
+            return classify_stream_error(exc.body, secret=secret)
+        body = exc.body
+        if isinstance(body, str):
+            body_text = body
+        elif body is not None:
+            body_text = json.dumps(body, default=str)
+        else:
+            body_text = exc.message
+        return classify_http_error(exc.status_code, body_text, exc.response.headers, secret=secret)
+    if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
+        return ProviderError("connection", redact(f"{type(exc).__name__}: {exc}", secret))
+    return ProviderError("server_error", redact(f"{type(exc).__name__}: {exc}", secret))
+
+
+# ---------------------------------------------------------------------------- provider
+
+_TYPED_PARAMS = ("model", "max_tokens", "messages", "system", "tools", "stop_sequences")
+
+
+class AnthropicProvider:
+    """Streams `POST {base_url}/v1/messages`; `base_url` excludes `/v1`, as in the SDK."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        timeout: float = 600,
+        default_max_tokens: int = 8192,
+    ) -> None:
+        self._api_key = api_key
+        self._default_max_tokens = default_max_tokens
+        # Credentials are exactly what configuration says: without a key the SDK would go
+        # looking in the environment and profile files, so pass an empty one and omit the
+        # header instead (keyless local gateways).
+        headers = None if api_key else cast(dict[str, str], {"Authorization": anthropic.Omit()})
+        self._client = anthropic.AsyncAnthropic(
+            base_url=base_url,
+            api_key=api_key or "",
+            max_retries=0,
+            timeout=timeout,
+            default_headers=headers,
+        )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
+        body = build_messages_body(request, default_max_tokens=self._default_max_tokens)
+        extra = {key: value for key, value in body.items() if key not in _TYPED_PARAMS}
+        try:
+            events = await self._client.messages.create(
+                model=body["model"],
+                max_tokens=body["max_tokens"],
+                messages=body["messages"],
+                system=body.get("system", anthropic.omit),
+                tools=body.get("tools", anthropic.omit),
+                stop_sequences=body.get("stop_sequences", anthropic.omit),
+                # This SDK release dropped temperature/top_p from the signature; the API
+                # still reads them, so they ride in the body untouched.
+                extra_body=extra or None,
+                stream=True,
+            )
+        except anthropic.AnthropicError as exc:
+            raise map_sdk_error(exc, secret=self._api_key) from None
+        state = MessagesStreamState()
+        try:
+            async for event in events:
+                for out in state.fold(event.model_dump(mode="json", exclude_none=True)):
+                    yield out
+        except anthropic.APIStatusError as exc:
+            raise map_sdk_error(exc, secret=self._api_key) from None
+        except (anthropic.AnthropicError, httpx2.HTTPError) as exc:
+            # Output may already be out; whatever cut the body mid-way, it is a dropped stream.
+            message = redact(f"{type(exc).__name__}: {exc}", self._api_key)
+            raise ProviderError("stream_dropped", message) from None
+        finally:
+            await events.close()
+        for out in state.finish():
+            yield out
+
+    async def aclose(self) -> None:
+        await self._client.close()

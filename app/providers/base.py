@@ -1,0 +1,188 @@
+"""The provider-neutral request and event format every adapter converts to and from.
+
+The agent loop speaks only these records; wire translation lives inside each adapter, so
+a provider's quirks never leak into the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from app.providers.usage import Usage
+
+# ---------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+    """The raw JSON text the model emitted; parsed (and repaired) by the loop, not here."""
+
+
+@dataclass(frozen=True, slots=True)
+class SystemBlock:
+    text: str
+    cache: bool = False
+    """Ask the provider to place a cache breakpoint at the end of this block."""
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    content: str
+    kind: Literal["user"] = "user"
+    cache: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessage:
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    kind: Literal["assistant"] = "assistant"
+    cache: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultMessage:
+    tool_call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    kind: Literal["tool"] = "tool"
+    cache: bool = False
+
+
+Message = UserMessage | AssistantMessage | ToolResultMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    """JSON schema of the arguments object."""
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    model: str
+    system: tuple[SystemBlock, ...]
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    cache_ttl: Literal["5m", "1h"] = "5m"
+    prompt_cache_key: str | None = None
+    """OpenAI-wire routing hint so requests of one session land on a warm cache."""
+    tool_choice: Literal["auto", "none"] = "auto"
+    """`none` keeps the schemas (a transcript with tool calls needs them) but forbids calls."""
+
+
+# ---------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    text: str
+    kind: Literal["reasoning"] = "reasoning"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+    """A fragment of the JSON arguments text, to be concatenated in order."""
+    kind: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEvent:
+    usage: Usage
+    raw: dict[str, Any] = field(default_factory=dict)
+    kind: Literal["usage"] = "usage"
+
+
+FinishReason = Literal["stop", "tool_calls", "length", "content_filter"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    reason: FinishReason
+    kind: Literal["finish"] = "finish"
+
+
+ProviderEvent = TextDelta | ReasoningDelta | ToolCallDelta | UsageEvent | Finish
+
+# ---------------------------------------------------------------------------- errors
+
+ErrorKind = Literal[
+    "rate_limited",
+    "overloaded",
+    "server_error",
+    "context_overflow",
+    "bad_request",
+    "auth",
+    "not_found",
+    "content_policy",
+    "connection",
+    "stream_dropped",
+]
+
+
+class ProviderError(Exception):
+    """An upstream failure classified into recovery hints the loop reads as booleans."""
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind: ErrorKind = kind
+        self.message = message
+        self.status = status
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in ("rate_limited", "overloaded", "server_error", "connection")
+
+    @property
+    def should_compress(self) -> bool:
+        return self.kind == "context_overflow"
+
+
+# ---------------------------------------------------------------------------- protocol
+
+
+class Provider(Protocol):
+    """One required method: a streamed request yielding provider-neutral events.
+
+    The stream ends with exactly one `Finish`, preceded by at most one `UsageEvent`.
+    Failures raise `ProviderError`, never a wire-specific exception.
+    """
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,513 @@
+"""Adapter for the OpenAI Chat Completions wire shape, spoken over plain httpx.
+
+One adapter serves OpenAI, OpenRouter, vLLM, Ollama, llama.cpp and LM Studio, so every
+quirk below is a tolerance of the union of their streams (documented where it lives), not
+a per-vendor branch. The SDK is not used: we need byte control over the request (cache
+contract) and must survive streams the SDK's models reject.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from app.providers.base import (
+    AssistantMessage,
+    Finish,
+    FinishReason,
+    Message,
+    ModelRequest,
+    ProviderError,
+    ProviderEvent,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolResultMessage,
+    UsageEvent,
+    UserMessage,
+)
+from app.providers.errors import classify_http_error, classify_stream_error, redact
+from app.providers.usage import usage_from_openai
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------- request body
+
+
+def _cache_control(ttl: str) -> dict[str, str]:
+    # Only envelope routes (OpenRouter -> Anthropic) read these; "5m" is the default, so it is
+    # left implicit to keep bytes identical to what the route has always seen.
+    return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else {"type": "ephemeral"}
+
+
+def _text_parts(text: str, *, cache: bool, ttl: str) -> list[dict[str, Any]]:
+    part: dict[str, Any] = {"type": "text", "text": text}
+    if cache:
+        part["cache_control"] = _cache_control(ttl)
+    return [part]
+
+
+def _system_message(request: ModelRequest, *, cache_markers: bool) -> dict[str, Any] | None:
+    blocks = [block for block in request.system if block.text]
+    if not blocks:
+        return None
+    if not cache_markers:
+        return {"role": "system", "content": "\n\n".join(block.text for block in blocks)}
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        parts += _text_parts(block.text, cache=block.cache, ttl=request.cache_ttl)
+    return {"role": "system", "content": parts}
+
+
+def _content(text: str, *, cache: bool, cache_markers: bool, ttl: str) -> str | list[Any]:
+    # Plain strings unless a marker must ride on the message: most local servers reject or
+    # mangle array content, so the array form is reserved for envelope routes that need it.
+    if cache_markers and cache and text:
+        return _text_parts(text, cache=True, ttl=ttl)
+    return text
+
+
+def _message(message: Message, *, cache_markers: bool, ttl: str) -> dict[str, Any]:
+    match message:
+        case UserMessage(content=text, cache=cache):
+            content = _content(text, cache=cache, cache_markers=cache_markers, ttl=ttl)
+            return {"role": "user", "content": content}
+        case ToolResultMessage(tool_call_id=call_id, content=text, cache=cache):
+            content = _content(text, cache=cache, cache_markers=cache_markers, ttl=ttl)
+            return {"role": "tool", "tool_call_id": call_id, "content": content}
+        case AssistantMessage(content=text, tool_calls=calls, cache=cache):
+            out: dict[str, Any] = {"role": "assistant"}
+            if calls:
+                # An assistant turn that only calls tools carries `content: null`; an empty
+                # string is rejected by some strict servers and re-tokenised by others.
+                # A cache marker cannot ride on tool calls, so such a turn loses its
+                # breakpoint rather than gaining invented text.
+                out["content"] = (
+                    _content(text, cache=cache, cache_markers=cache_markers, ttl=ttl)
+                    if text
+                    else None
+                )
+                out["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                    for call in calls
+                ]
+            else:
+                out["content"] = _content(
+                    text or "", cache=cache, cache_markers=cache_markers, ttl=ttl
+                )
+            return out
+
+
+def build_chat_body(request: ModelRequest, *, cache_markers: bool = False) -> dict[str, Any]:
+    """The exact JSON body for `POST /chat/completions`; a pure function of the request."""
+    messages: list[dict[str, Any]] = []
+    system = _system_message(request, cache_markers=cache_markers)
+    if system is not None:
+        messages.append(system)
+    messages += [
+        _message(message, cache_markers=cache_markers, ttl=request.cache_ttl)
+        for message in request.messages
+    ]
+    body: dict[str, Any] = {"model": request.model, "messages": messages}
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                },
+            }
+            for tool in request.tools
+        ]
+        if request.tool_choice == "none":
+            body["tool_choice"] = "none"
+    sampling = request.sampling
+    if sampling.temperature is not None:
+        body["temperature"] = sampling.temperature
+    if sampling.top_p is not None:
+        body["top_p"] = sampling.top_p
+    if sampling.stop:
+        body["stop"] = list(sampling.stop)
+    if sampling.max_tokens is not None:
+        # `max_tokens`, not `max_completion_tokens`: every compatible server reads the old
+        # name, only OpenAI itself reads the new one (and still accepts the old for chat).
+        body["max_tokens"] = sampling.max_tokens
+    if request.prompt_cache_key:
+        body["prompt_cache_key"] = request.prompt_cache_key
+    body["stream"] = True
+    body["stream_options"] = {"include_usage": True}
+    return body
+
+
+# ---------------------------------------------------------------------------- SSE parsing
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    data: str
+    event: str | None = None
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+class SSEDecoder:
+    """Incremental Server-Sent Events parser over arbitrary byte chunks.
+
+    Lines may end in LF, CRLF or a bare CR, and a chunk boundary may split a line, a UTF-8
+    sequence or a CRLF pair; bytes are only decoded once a whole line is in hand.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._data: list[str] = []
+        self._event: str | None = None
+        self._started = False
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        self._buffer += chunk
+        events: list[SSEEvent] = []
+        position = 0
+        while match := _LINE_END.search(self._buffer, position):
+            # A trailing CR may be the first half of a CRLF split across chunks; wait for it.
+            if match.group() == b"\r" and match.end() == len(self._buffer):
+                break
+            line = self._buffer[position : match.start()]
+            position = match.end()
+            event = self._line(line.decode("utf-8", errors="replace"))
+            if event is not None:
+                events.append(event)
+        self._buffer = self._buffer[position:]
+        return events
+
+    def close(self) -> list[SSEEvent]:
+        """Flush at end of stream; lenient servers omit the final blank line."""
+        events = self.feed(b"")
+        tail = self._buffer.rstrip(b"\r")
+        self._buffer = b""
+        for line in (tail.decode("utf-8", errors="replace"), "") if tail else ("",):
+            event = self._line(line)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _line(self, line: str) -> SSEEvent | None:
+        if not self._started:
+            self._started = True
+            line = line.removeprefix("\ufeff")
+        if not line:
+            if not self._data:
+                self._event = None
+                return None
+            event = SSEEvent(data="\n".join(self._data), event=self._event)
+            self._data, self._event = [], None
+            return event
+        if line.startswith(":"):
+            return None  # comment / keepalive
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        return None
+
+
+# ---------------------------------------------------------------------------- accumulator
+
+_FINISH_REASONS: dict[str, FinishReason] = {
+    "stop": "stop",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "length": "length",
+    "content_filter": "content_filter",
+}
+
+
+@dataclass(slots=True)
+class ChatStreamState:
+    """Folds parsed chunks into provider events; pure, so it is tested without a socket.
+
+    Finish and usage are held back until `finish()`: several servers send `finish_reason`
+    in one chunk and the usage in a later one, and the contract puts usage before Finish.
+    """
+
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    tool_call_count: int = 0
+    _wire_to_index: dict[int, int] = field(default_factory=dict)
+    _ids: dict[int, str] = field(default_factory=dict)
+    _names: dict[int, str] = field(default_factory=dict)
+    _last_index: int | None = None
+
+    def fold(self, chunk: dict[str, Any]) -> list[ProviderEvent]:
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            # Some servers repeat a cumulative usage on every chunk; the last one is final.
+            self.usage = usage
+        events: list[ProviderEvent] = []
+        for choice in chunk.get("choices") or ():
+            # Only the first choice is ours (n=1); a null index counts as the first.
+            if not isinstance(choice, dict) or choice.get("index") not in (0, None):
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                events += self._fold_delta(delta)
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+        return events
+
+    def _fold_delta(self, delta: dict[str, Any]) -> list[ProviderEvent]:
+        events: list[ProviderEvent] = []
+        # vLLM/DeepSeek/llama.cpp say `reasoning_content`, OpenRouter/Ollama say `reasoning`;
+        # servers that send both send the same text, so only the first is taken.
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            events.append(ReasoningDelta(reasoning))
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            events.append(TextDelta(content))
+        for call in delta.get("tool_calls") or ():
+            if isinstance(call, dict):
+                event = self._fold_tool_call(call)
+                if event is not None:
+                    events.append(event)
+        return events
+
+    def _fold_tool_call(self, call: dict[str, Any]) -> ToolCallDelta | None:
+        call_id = call.get("id") or None
+        index = self._index_for(call.get("index"), call_id)
+        function = call.get("function") or {}
+        name = function.get("name") or None
+        arguments = function.get("arguments") or ""
+        if not isinstance(arguments, str):
+            # Ollama can hand over the arguments already parsed.
+            arguments = json.dumps(arguments)
+        # Some servers repeat id and name on every fragment; emit each once so a consumer
+        # that concatenates never builds "read_fileread_file".
+        if call_id is not None and index in self._ids:
+            call_id = None
+        elif call_id is not None:
+            self._ids[index] = call_id
+        if name is not None and index in self._names:
+            name = None
+        elif name is not None:
+            self._names[index] = name
+        if call_id is None and name is None and not arguments:
+            return None
+        return ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments)
+
+    def _index_for(self, wire_index: Any, call_id: str | None) -> int:
+        """Our dense 0-based index for a fragment, tolerating missing or reused wire indexes."""
+        if call_id is not None:
+            for known_index, known in self._ids.items():
+                if known == call_id:
+                    self._last_index = known_index
+                    return known_index
+        if not isinstance(wire_index, int):
+            # No index at all: a new id starts a new call, a bare fragment continues the last.
+            if call_id is None and self._last_index is not None:
+                return self._last_index
+            return self._new_index()
+        index = self._wire_to_index.get(wire_index)
+        if index is None or (call_id is not None and index in self._ids):
+            # A fresh id on a used index means the server numbers every call 0; split them.
+            index = self._new_index()
+            self._wire_to_index[wire_index] = index
+        self._last_index = index
+        return index
+
+    def _new_index(self) -> int:
+        index = self.tool_call_count
+        self.tool_call_count += 1
+        self._last_index = index
+        return index
+
+    def finish(self) -> list[ProviderEvent]:
+        """The closing events; raises `stream_dropped` when no finish_reason ever came."""
+        if self.finish_reason is None:
+            raise ProviderError("stream_dropped", "upstream stream ended without finish_reason")
+        reason = _FINISH_REASONS.get(self.finish_reason, "stop")
+        if reason == "stop" and self.tool_call_count:
+            # Ollama and some vLLM tool parsers report "stop" after emitting tool calls.
+            reason = "tool_calls"
+        events: list[ProviderEvent] = []
+        if self.usage is not None:
+            events.append(UsageEvent(usage=usage_from_openai(self.usage), raw=self.usage))
+        events.append(Finish(reason))
+        return events
+
+
+def completion_events(body: dict[str, Any]) -> list[ProviderEvent]:
+    """Events for a non-streamed JSON reply, from servers that ignore `stream: true`."""
+    state = ChatStreamState()
+    chunk = dict(body)
+    chunk["choices"] = [
+        {
+            "index": choice.get("index", 0),
+            "delta": {
+                **(choice.get("message") or {}),
+                "tool_calls": [
+                    {**call, "index": position}
+                    for position, call in enumerate(
+                        (choice.get("message") or {}).get("tool_calls") or ()
+                    )
+                ],
+            },
+            "finish_reason": choice.get("finish_reason"),
+        }
+        for choice in body.get("choices") or ()
+        if isinstance(choice, dict)
+    ]
+    return state.fold(chunk) + state.finish()
+
+
+# ---------------------------------------------------------------------------- provider
+
+
+async def _single(data: bytes) -> AsyncGenerator[bytes, None]:
+    yield data
+
+
+class OpenAIChatProvider:
+    """Streams `POST {base_url}/chat/completions`; `base_url` includes `/v1`, as in the SDK."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        timeout: float = 600,
+        cache_markers: bool = False,
+        extra_headers: dict[str, str] | None = None,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._api_key = api_key
+        self._cache_markers = cache_markers
+        self._headers = {"Accept": "text/event-stream", **(extra_headers or {})}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._owns_client = http_client is None
+        # The read timeout bounds the silence between chunks, not the whole reply; connect
+        # failures should surface fast so the retry layer can act.
+        self._client = http_client or httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0))
+        )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
+        body = build_chat_body(request, cache_markers=self._cache_markers)
+        http_request = self._client.build_request(
+            "POST", self._url, json=body, headers=self._headers
+        )
+        try:
+            response = await self._client.send(http_request, stream=True)
+        except httpx.HTTPError as exc:
+            raise ProviderError("connection", self._describe(exc)) from None
+        try:
+            if response.status_code >= 300:
+                text = await self._read_error_body(response)
+                raise classify_http_error(
+                    response.status_code, text, response.headers, secret=self._api_key
+                )
+            if "json" in response.headers.get("content-type", ""):
+                events = self._json_reply(response)
+            else:
+                events = self._sse_events(self._body_chunks(response))
+            # aclosing: a consumer that stops early must not leave generators to the GC.
+            async with aclosing(events):
+                async for event in events:
+                    yield event
+        finally:
+            await response.aclose()
+
+    async def _body_chunks(self, response: httpx.Response) -> AsyncGenerator[bytes, None]:
+        try:
+            async for chunk in response.aiter_bytes():
+                yield chunk
+        except httpx.HTTPError as exc:
+            # Headers arrived, so the upstream accepted the call; losing the body mid-way is
+            # a dropped stream (output may already be out), not a connection failure.
+            raise ProviderError("stream_dropped", self._describe(exc)) from None
+
+    async def _sse_events(
+        self, chunks: AsyncGenerator[bytes, None]
+    ) -> AsyncGenerator[ProviderEvent, None]:
+        decoder = SSEDecoder()
+        state = ChatStreamState()
+        async with aclosing(chunks):
+            async for raw in chunks:
+                for sse in decoder.feed(raw):
+                    if self._is_done(sse):
+                        for event in state.finish():
+                            yield event
+                        return
+                    for event in state.fold(self._parse(sse)):
+                        yield event
+        for sse in decoder.close():
+            if self._is_done(sse):
+                break
+            for event in state.fold(self._parse(sse)):
+                yield event
+        for event in state.finish():
+            yield event
+
+    async def _json_reply(self, response: httpx.Response) -> AsyncGenerator[ProviderEvent, None]:
+        """A non-streamed reply from a server that ignored `stream: true`."""
+        raw = b"".join([chunk async for chunk in self._body_chunks(response)])
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            # Some servers label their SSE as JSON; read it as what it is.
+            async for event in self._sse_events(_single(raw)):
+                yield event
+            return
+        if not isinstance(body, dict):
+            raise ProviderError("stream_dropped", "upstream sent a non-object JSON reply")
+        if body.get("error"):
+            raise classify_stream_error(body, secret=self._api_key)
+        for event in completion_events(body):
+            yield event
+
+    @staticmethod
+    def _is_done(sse: SSEEvent) -> bool:
+        return sse.data.strip() == "[DONE]"
+
+    def _parse(self, sse: SSEEvent) -> dict[str, Any]:
+        """One chunk as a dict; raises the classified error for in-stream error frames."""
+        try:
+            chunk = json.loads(sse.data) if sse.data.strip() else {}
+        except ValueError:
+            log.warning("skipping unparseable stream chunk (%d bytes)", len(sse.data))
+            return {}
+        if sse.event == "error" or (isinstance(chunk, dict) and chunk.get("error")):
+            raise classify_stream_error(chunk, secret=self._api_key)
+        return chunk if isinstance(chunk, dict) else {}
+
+    @staticmethod
+    async def _read_error_body(response: httpx.Response) -> str:
+        try:
+            return (await response.aread()).decode("utf-8", errors="replace")
+        except httpx.HTTPError:
+            return ""
+
+    def _describe(self, exc: httpx.HTTPError) -> str:
+        # httpx messages can carry the URL; keys never ride in it, but scrub anyway.
+        return redact(f"{type(exc).__name__}: {exc}", self._api_key)
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()

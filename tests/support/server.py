@@ -1,0 +1,96 @@
+"""Start the real Courier server (uvicorn in a subprocess) on a loopback port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+API_KEY = "test-key-0123456789abcdef"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    data_dir: Path
+    env: dict[str, str]
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api_key(self) -> str:
+        return self.env.get("COURIER_API_KEY", API_KEY)
+
+    def start(self, timeout: float = 20.0) -> Server:
+        env = {**os.environ, **self.env, "COURIER_PORT": str(self.port)}
+        env.setdefault("COURIER_DATA_DIR", str(self.data_dir))
+        self.log_path = self.data_dir / f"server-{self.port}.log"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve"], env=env, stdout=log, stderr=log
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"server did not start:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup runs, as in a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}", **extra}
+
+
+def sim_env(sim_base_url: str, provider: str = "openai", **extra: str) -> dict[str, str]:
+    """Env pointing the default profile at the simulator on the given wire."""
+    base = f"{sim_base_url}/v1" if provider == "openai" else sim_base_url
+    return {
+        "COURIER_API_KEY": API_KEY,
+        "COURIER_UPSTREAM_PROVIDER": provider,
+        "COURIER_UPSTREAM_BASE_URL": base,
+        "COURIER_UPSTREAM_API_KEY": "sim-upstream-key",
+        "COURIER_UPSTREAM_MODEL": "gpt-4o-mini" if provider == "openai" else "claude-sonnet-4-5",
+        "COURIER_KEEPALIVE_S": "5",
+        "COURIER_UPSTREAM_RETRY_BASE_DELAY_S": "0.01",
+        **extra,
+    }

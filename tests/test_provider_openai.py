@@ -1,0 +1,499 @@
+"""OpenAIChatProvider over real HTTP against the upstream simulator (a subprocess)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from app.providers.base import (
+    AssistantMessage,
+    Finish,
+    FinishReason,
+    ModelRequest,
+    Provider,
+    ProviderError,
+    ProviderEvent,
+    ReasoningDelta,
+    SamplingParams,
+    SystemBlock,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolResultMessage,
+    ToolSpec,
+    UsageEvent,
+    UserMessage,
+)
+from app.providers.factory import build_provider
+from app.providers.openai_chat import OpenAIChatProvider
+from app.providers.retry import stream_with_retry
+from app.providers.usage import Usage
+from tests.support.sim import Simulator, start_simulator
+
+KEY = "sim-key-openai-0123456789"
+READ = ToolSpec(
+    "read_file",
+    "Read a file.",
+    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+)
+LONG_SYSTEM = "You are a careful assistant who reads files before answering. " * 200
+
+
+@pytest.fixture(scope="module")
+def own_simulator() -> Iterator[Simulator]:
+    running = start_simulator()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def sim(own_simulator: Simulator) -> Simulator:
+    """This module's simulator, reset for the test (its own process: no shared state)."""
+    own_simulator.reset()
+    return own_simulator
+
+
+@pytest.fixture
+async def provider(sim: Simulator) -> AsyncIterator[OpenAIChatProvider]:
+    adapter = OpenAIChatProvider(f"{sim.base_url}/v1", KEY)
+    yield adapter
+    await adapter.aclose()
+
+
+def _request(*messages: Any, **fields: Any) -> ModelRequest:
+    return ModelRequest(
+        model="gpt-sim",
+        system=fields.pop("system", (SystemBlock("Be brief."),)),
+        messages=messages or (UserMessage("hello"),),
+        **fields,
+    )
+
+
+@dataclass
+class Reply:
+    """The folded stream, plus the raw event order for contract checks."""
+
+    events: list[ProviderEvent]
+    text: str = ""
+    reasoning: str = ""
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)
+    usage: Usage | None = None
+    finish: FinishReason | None = None
+
+
+def _fold(events: list[ProviderEvent]) -> Reply:
+    reply = Reply(events)
+    for event in events:
+        match event:
+            case TextDelta(text=text):
+                reply.text += text
+            case ReasoningDelta(text=text):
+                reply.reasoning += text
+            case ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments):
+                call = reply.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+                call["id"] += call_id or ""
+                call["name"] += name or ""
+                call["arguments"] += arguments
+            case UsageEvent(usage=usage):
+                reply.usage = usage
+            case Finish(reason=reason):
+                reply.finish = reason
+    # The contract: exactly one Finish, last; at most one usage, right before it.
+    assert [type(e) for e in events].count(Finish) == 1 and isinstance(events[-1], Finish)
+    usage_positions = [i for i, e in enumerate(events) if isinstance(e, UsageEvent)]
+    assert usage_positions in ([], [len(events) - 2])
+    return reply
+
+
+async def _run(provider: OpenAIChatProvider, request: ModelRequest) -> Reply:
+    return _fold([event async for event in provider.stream(request)])
+
+
+async def _error(provider: Provider, request: ModelRequest) -> ProviderError:
+    with pytest.raises(ProviderError) as caught:
+        async for _ in provider.stream(request):
+            pass
+    return caught.value
+
+
+def _body(sim: Simulator) -> dict[str, Any]:
+    recorded = sim.requests()
+    assert recorded[-1]["path"] == "/v1/chat/completions"
+    body: dict[str, Any] = json.loads(recorded[-1]["body"])
+    return body
+
+
+# ---------------------------------------------------------------------------- streaming
+
+
+async def test_text_and_reasoning_stream_with_sampling_in_the_body(
+    sim: Simulator, provider: OpenAIChatProvider
+) -> None:
+    sim.script(
+        [
+            {
+                "expect": {"last_user_contains": "hello", "max_tokens": 77, "temperature": 0.25},
+                "reply": {"reasoning": "They greet me.", "text": "Hello there, how are you?"},
+            }
+        ]
+    )
+    request = _request(
+        sampling=SamplingParams(temperature=0.25, top_p=0.5, stop=("STOP",), max_tokens=77)
+    )
+    reply = await _run(provider, request)
+    sim.assert_script_done()
+    assert (reply.reasoning, reply.text, reply.finish) == (
+        "They greet me.",
+        "Hello there, how are you?",
+        "stop",
+    )
+    assert sum(isinstance(e, TextDelta) for e in reply.events) > 1  # really streamed
+    assert reply.usage is not None and reply.usage.output_tokens > 0
+    assert reply.usage.input_tokens > 0
+    assert _body(sim) == {
+        "model": "gpt-sim",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "hello"},
+        ],
+        "temperature": 0.25,
+        "top_p": 0.5,
+        "stop": ["STOP"],
+        "max_tokens": 77,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    assert sim.requests()[-1]["headers"]["authorization"] == f"Bearer {KEY}"
+
+
+async def test_tool_call_fragments_reassemble(sim: Simulator, provider: OpenAIChatProvider) -> None:
+    long_path = "src/" + "deeply/nested/" * 10 + "module.py"
+    sim.script(
+        [
+            {
+                "expect": {"has_tools": True},
+                "reply": {
+                    "text": "Let me look.",
+                    "tool_calls": [
+                        {"name": "read_file", "arguments": {"path": long_path}},
+                        {"name": "read_file", "arguments": {"path": "b.txt"}},
+                    ],
+                },
+            }
+        ]
+    )
+    reply = await _run(provider, _request(tools=(READ,)))
+    sim.assert_script_done()
+    assert reply.finish == "tool_calls"
+    assert sorted(reply.calls) == [0, 1]
+    assert [json.loads(call["arguments"]) for call in reply.calls.values()] == [
+        {"path": long_path},
+        {"path": "b.txt"},
+    ]
+    assert all(call["name"] == "read_file" and call["id"] for call in reply.calls.values())
+    assert reply.calls[0]["id"] != reply.calls[1]["id"]
+    fragments = [e for e in reply.events if isinstance(e, ToolCallDelta) and e.index == 0]
+    assert len([f for f in fragments if f.arguments]) > 1  # arguments arrived in pieces
+    assert _body(sim)["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "read_file",
+                "description": "Read a file.",
+                "parameters": READ.parameters,
+            },
+        }
+    ]
+
+
+async def test_history_with_tool_calls_and_results_on_the_wire(
+    sim: Simulator, provider: OpenAIChatProvider
+) -> None:
+    sim.script(
+        [{"expect": {"last_tool_result_contains": "contents of a"}, "reply": {"text": "Done."}}]
+    )
+    request = _request(
+        UserMessage("read a"),
+        AssistantMessage(None, (ToolCall("call_a", "read_file", '{"path":"a"}'),)),
+        ToolResultMessage("call_a", "read_file", "contents of a"),
+        tools=(READ,),
+    )
+    assert (await _run(provider, request)).text == "Done."
+    sim.assert_script_done()
+    assert _body(sim)["messages"][1:] == [
+        {"role": "user", "content": "read a"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_a",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path":"a"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_a", "content": "contents of a"},
+    ]
+
+
+@pytest.mark.parametrize("finish", ["length", "content_filter"])
+async def test_finish_reasons(
+    sim: Simulator, provider: OpenAIChatProvider, finish: FinishReason
+) -> None:
+    sim.script([{"reply": {"text": "cut short", "finish_reason": finish}}])
+    assert (await _run(provider, _request())).finish == finish
+
+
+async def test_usage_reports_cache_reads_on_the_second_identical_call(
+    sim: Simulator, provider: OpenAIChatProvider
+) -> None:
+    sim.script([{"reply": {"text": "one"}}, {"reply": {"text": "two"}}])
+    request = _request(system=(SystemBlock(LONG_SYSTEM),), prompt_cache_key="session-42")
+    first = (await _run(provider, request)).usage
+    second = (await _run(provider, request)).usage
+    sim.assert_script_done()
+    assert first is not None and second is not None
+    assert first.cache_read_tokens == 0
+    assert second.cache_read_tokens > 0
+    # Disjoint buckets: the same prompt, split differently between fresh and cached.
+    assert second.prompt_tokens == first.prompt_tokens
+    assert second.input_tokens == first.prompt_tokens - second.cache_read_tokens
+    body = _body(sim)
+    assert body["prompt_cache_key"] == "session-42"
+    assert "cache_control" not in json.dumps(body)
+
+
+async def test_cache_markers_for_envelope_routes(sim: Simulator) -> None:
+    sim.script([{"reply": {"text": "ok"}}])
+    adapter = build_provider(
+        "openai", base_url=f"{sim.base_url}/v1", api_key=KEY, cache_markers=True
+    )
+    request = _request(
+        UserMessage("first", cache=True),
+        AssistantMessage("answer"),
+        UserMessage("second"),
+        system=(SystemBlock("stable", cache=True), SystemBlock("volatile")),
+        cache_ttl="1h",
+    )
+    try:
+        async for _ in adapter.stream(request):
+            pass
+    finally:
+        await adapter.aclose()
+    marker = {"type": "ephemeral", "ttl": "1h"}
+    assert _body(sim)["messages"] == [
+        {
+            "role": "system",
+            "content": [
+                {"type": "text", "text": "stable", "cache_control": marker},
+                {"type": "text", "text": "volatile"},
+            ],
+        },
+        {"role": "user", "content": [{"type": "text", "text": "first", "cache_control": marker}]},
+        {"role": "assistant", "content": "answer"},
+        {"role": "user", "content": "second"},
+    ]
+
+
+# ---------------------------------------------------------------------------- faults
+
+
+async def test_rate_limit_with_retry_after(sim: Simulator, provider: OpenAIChatProvider) -> None:
+    sim.script([{"fault": {"status": 429, "retry_after": 1}}])
+    error = await _error(provider, _request())
+    assert (error.kind, error.status, error.retry_after, error.retryable) == (
+        "rate_limited",
+        429,
+        1.0,
+        True,
+    )
+
+
+@pytest.mark.parametrize(("status", "kind"), [(529, "overloaded"), (500, "server_error")])
+async def test_server_faults(
+    sim: Simulator, provider: OpenAIChatProvider, status: int, kind: str
+) -> None:
+    sim.script([{"fault": {"status": status}}])
+    error = await _error(provider, _request())
+    assert (error.kind, error.status, error.retryable) == (kind, status, True)
+
+
+async def test_error_inside_the_stream(sim: Simulator, provider: OpenAIChatProvider) -> None:
+    sim.script([{"reply": {"text": "one two three"}, "fault": {"status": 529, "after_events": 2}}])
+    with pytest.raises(ProviderError) as caught:
+        async for _ in provider.stream(_request()):
+            pass
+    assert caught.value.kind == "overloaded"
+
+
+async def test_dropped_connection_is_stream_dropped(
+    sim: Simulator, provider: OpenAIChatProvider
+) -> None:
+    sim.script([{"reply": {"text": "a b c d e f g h"}, "fault": {"drop_after_events": 3}}])
+    seen: list[ProviderEvent] = []
+    with pytest.raises(ProviderError) as caught:
+        async for event in provider.stream(_request()):
+            seen.append(event)
+    assert caught.value.kind == "stream_dropped"
+    assert not any(isinstance(e, Finish) for e in seen)
+
+
+async def test_context_overflow(sim: Simulator, provider: OpenAIChatProvider) -> None:
+    sim.configure(context_window=100)
+    error = await _error(provider, _request(system=(SystemBlock(LONG_SYSTEM),)))
+    assert (error.kind, error.status, error.should_compress, error.retryable) == (
+        "context_overflow",
+        400,
+        True,
+        False,
+    )
+
+
+async def test_bad_key_is_auth_and_never_echoed(sim: Simulator) -> None:
+    sim.configure(required_key="the-right-key-000000")
+    wrong = "sim-wrong-key-999999999"
+    adapter = OpenAIChatProvider(f"{sim.base_url}/v1", wrong)
+    try:
+        error = await _error(adapter, _request())
+    finally:
+        await adapter.aclose()
+    assert (error.kind, error.status) == ("auth", 401)
+    assert wrong not in error.message and wrong not in str(error)
+
+
+async def test_unreachable_upstream_is_a_connection_error() -> None:
+    adapter = OpenAIChatProvider("http://127.0.0.1:9/v1", KEY, timeout=5)
+    try:
+        error = await _error(adapter, _request())
+    finally:
+        await adapter.aclose()
+    assert error.kind == "connection" and error.retryable
+
+
+# ---------------------------------------------------------------------------- retry
+
+
+async def test_stream_with_retry_recovers_from_a_429(
+    sim: Simulator, provider: OpenAIChatProvider
+) -> None:
+    sim.script([{"fault": {"status": 429, "retry_after": 1}}, {"reply": {"text": "recovered"}}])
+    sleeps: list[float] = []
+
+    async def no_wait(delay: float) -> None:
+        sleeps.append(delay)
+
+    events = [e async for e in stream_with_retry(provider, _request(), sleep=no_wait)]
+    sim.assert_script_done()
+    assert _fold(events).text == "recovered"
+    assert sleeps == [1.0]
+    assert len(sim.requests()) == 2
+
+
+async def test_stream_with_retry_never_repeats_partial_output(
+    sim: Simulator, provider: OpenAIChatProvider
+) -> None:
+    sim.script([{"reply": {"text": "one two three"}, "fault": {"status": 500, "after_events": 2}}])
+    sleeps: list[float] = []
+
+    async def no_wait(delay: float) -> None:
+        sleeps.append(delay)
+
+    seen: list[ProviderEvent] = []
+    with pytest.raises(ProviderError) as caught:
+        async for event in stream_with_retry(provider, _request(), sleep=no_wait):
+            seen.append(event)
+    sim.assert_script_done()
+    assert caught.value.kind == "server_error" and caught.value.retryable
+    assert seen and sleeps == [] and len(sim.requests()) == 1
+
+
+# ---------------------------------------------------------------------------- quirky servers
+
+
+@asynccontextmanager
+async def _canned_upstream(
+    payload: bytes, content_type: bytes = b"text/event-stream"
+) -> AsyncIterator[str]:
+    """A real socket that answers any POST with exactly `payload`, then closes.
+
+    For byte-level quirks of local servers (llama.cpp, Ollama, LM Studio) the simulator
+    does not reproduce; the body is close-delimited, so ending it is a clean EOF.
+    """
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = re.search(rb"content-length:\s*(\d+)", head, re.IGNORECASE)
+        await reader.readexactly(int(length.group(1)) if length else 0)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: " + content_type)
+        writer.write(b"\r\nConnection: close\r\n\r\n" + payload)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+def _sse(*chunks: dict[str, Any], newline: bytes = b"\n") -> bytes:
+    return b"".join(b"data: " + json.dumps(c).encode() + newline * 2 for c in chunks)
+
+
+async def _events_from(base_url: str) -> list[ProviderEvent]:
+    adapter = OpenAIChatProvider(base_url, None)
+    try:
+        return [event async for event in adapter.stream(_request())]
+    finally:
+        await adapter.aclose()
+
+
+async def test_local_server_quirks_crlf_reasoning_field_no_usage_no_done() -> None:
+    call = {"id": "c1", "function": {"name": "read_file", "arguments": {"path": "a"}}}
+    payload = b": ping\r\n\r\n" + _sse(
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "reasoning": "hm"}}]},
+        {"choices": [{"index": 0, "delta": {"content": "Sure."}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        newline=b"\r\n",
+    )
+    async with _canned_upstream(payload) as base_url:
+        events = await _events_from(base_url)
+    assert events == [
+        ReasoningDelta("hm"),
+        TextDelta("Sure."),
+        ToolCallDelta(0, id="c1", name="read_file", arguments='{"path": "a"}'),
+        Finish("tool_calls"),
+    ]
+
+
+async def test_server_that_ignores_stream_true_and_answers_json() -> None:
+    usage = {"prompt_tokens": 5, "completion_tokens": 1}
+    reply = {
+        "choices": [{"index": 0, "message": {"content": "whole"}, "finish_reason": "stop"}],
+        "usage": usage,
+    }
+    async with _canned_upstream(json.dumps(reply).encode(), b"application/json") as base_url:
+        events = await _events_from(base_url)
+    assert events == [
+        TextDelta("whole"),
+        UsageEvent(Usage(input_tokens=5, output_tokens=1), raw=usage),
+        Finish("stop"),
+    ]
+
+
+async def test_clean_eof_without_finish_reason_is_stream_dropped() -> None:
+    payload = _sse({"choices": [{"index": 0, "delta": {"content": "half"}}]})
+    async with _canned_upstream(payload) as base_url:
+        with pytest.raises(ProviderError) as caught:
+            await _events_from(base_url)
+    assert caught.value.kind == "stream_dropped"
