@@ -1,0 +1,72 @@
+"""Typed turn events: what a running turn tells whoever is rendering it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.providers.pricing import Cost
+from app.providers.usage import Usage
+
+ExitReason = Literal[
+    "completed",
+    "budget_exhausted",
+    "cancelled",
+    "upstream_error",
+    "persistence_failed",
+    "lease_lost",
+    "spend_limit",
+    "internal_error",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnText:
+    text: str
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnReasoning:
+    text: str
+    kind: Literal["reasoning"] = "reasoning"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    call_id: str
+    name: str
+    kind: Literal["tool_started"] = "tool_started"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    call_id: str
+    name: str
+    is_error: bool
+    kind: Literal["tool_finished"] = "tool_finished"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnError:
+    """Why a turn failed, in terms a client may see: never internals or upstream keys."""
+
+    message: str
+    type: str
+    code: str
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFinished:
+    exit_reason: ExitReason
+    finish_reason: Literal["stop", "length", "content_filter"]
+    usage: Usage
+    cost: Cost
+    upstream_calls: int
+    iterations: int = 0
+    error: TurnError | None = None
+    kind: Literal["finished"] = "finished"
+
+
+TurnEvent = TurnText | TurnReasoning | ToolStarted | ToolFinished | TurnFinished

@@ -1,0 +1,304 @@
+"""run_turn(): the agent loop. Side concerns are functions it calls, not code inside it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from app.agent.accumulate import Reply, accumulate
+from app.agent.budget import SpendGuard
+from app.agent.events import (
+    ExitReason,
+    ToolFinished,
+    ToolStarted,
+    TurnError,
+    TurnEvent,
+    TurnFinished,
+    TurnReasoning,
+    TurnText,
+)
+from app.agent.projection import project
+from app.agent.repair import close_unanswered_calls
+from app.config import Profile
+from app.db.store import ApiCallRecord, LeaseLost, NewMessage, Store
+from app.metrics import Metrics
+from app.providers.base import (
+    ModelRequest,
+    Provider,
+    ProviderError,
+    SamplingParams,
+    SystemBlock,
+    ToolCall,
+)
+from app.providers.pricing import Cost, PriceOverride, price_usage
+from app.providers.retry import stream_with_retry
+from app.providers.usage import Usage
+from app.tools.registry import ToolContext, ToolRegistry
+
+log = logging.getLogger(__name__)
+
+CANCELLED_RESULT = "error: this tool call was cancelled before it finished; its effect is unknown"
+FINAL_ANSWER_NOTE = (
+    "You have used this turn's tool budget. Answer now from what you already know, "
+    "without calling tools."
+)
+
+
+@dataclass
+class TurnContext:
+    store: Store
+    provider: Provider
+    tools: ToolRegistry
+    profile: Profile
+    session_id: str
+    owner: str
+    system_prompt: str
+    lease: str
+    turn_id: str
+    workspace: Path
+    sampling: SamplingParams
+    emit: Callable[[TurnEvent], None]
+    spend: SpendGuard
+    metrics: Metrics
+    price_override: PriceOverride | None = None
+
+
+@dataclass
+class TurnState:
+    iterations: int = 0
+    calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    cost: Cost = field(default_factory=Cost.zero)
+    emitted_text: bool = False
+    in_flight: Reply = field(default_factory=Reply)
+
+    def finished(
+        self,
+        reason: ExitReason,
+        finish: str | None = "stop",
+        error: TurnError | None = None,
+    ) -> TurnFinished:
+        finish_reason = finish if finish in ("length", "content_filter") else "stop"
+        return TurnFinished(
+            exit_reason=reason,
+            finish_reason=finish_reason,  # type: ignore[arg-type]
+            usage=self.usage,
+            cost=self.cost,
+            upstream_calls=self.calls,
+            iterations=self.iterations,
+            error=error,
+        )
+
+
+async def run_turn(ctx: TurnContext) -> TurnFinished:
+    """Run one turn to its end and return how it ended; never raises for expected failures."""
+    state = TurnState()
+    try:
+        while True:
+            final = state.iterations >= ctx.profile.max_iterations
+            state.iterations += 1
+            if (refusal := ctx.spend.check()) is not None:
+                return state.finished("spend_limit", error=refusal)
+            reply = await call_model(ctx, state, final=final)
+            calls = () if final else reply.tool_calls(f"call_{ctx.turn_id}_{state.iterations}")
+            persist_reply(ctx, reply, calls)  # persist before act
+            if final:
+                return state.finished("budget_exhausted", reply.finish)
+            if not calls:
+                return state.finished("completed", reply.finish)
+            await run_tools(ctx, calls)
+    except ProviderError as exc:
+        log.warning("turn %s: upstream %s: %s", ctx.turn_id, exc.kind, exc.message)
+        return state.finished("upstream_error", error=upstream_turn_error(exc))
+    except LeaseLost:
+        return state.finished("lease_lost", error=_error("session_busy", 409, "conflict"))
+    except SQLAlchemyError:
+        log.exception("turn %s: persistence failed", ctx.turn_id)
+        return state.finished("persistence_failed", error=_error("persistence_failed", 500))
+    except asyncio.CancelledError:
+        keep_partial_reply(ctx, state)
+        return state.finished("cancelled")
+    except Exception:
+        log.exception("turn %s: internal error", ctx.turn_id)
+        return state.finished("internal_error", error=_error("internal_error", 500))
+
+
+async def call_model(ctx: TurnContext, state: TurnState, *, final: bool) -> Reply:
+    """One upstream call: build the request, stream it, record usage and cost."""
+    request = build_request(ctx, final=final)
+    started = time.monotonic()
+    first_byte: float | None = None
+    state.in_flight = Reply()
+    separate = state.emitted_text
+    try:
+        async for event in stream_with_retry(
+            ctx.provider,
+            request,
+            max_attempts=ctx.profile.retry_attempts,
+            base_delay=ctx.profile.retry_base_delay_s,
+        ):
+            first_byte = first_byte or time.monotonic()
+            state.in_flight = accumulate(state.in_flight, event)
+            if event.kind == "text" and event.text:
+                if separate:  # text of a later iteration reads as a new paragraph
+                    ctx.emit(TurnText("\n\n"))
+                    separate = False
+                state.emitted_text = True
+                ctx.emit(TurnText(event.text))
+            elif event.kind == "reasoning":
+                ctx.emit(TurnReasoning(event.text))
+    except ProviderError as exc:
+        record_call(ctx, state, Usage(), started, first_byte, outcome=exc.kind)
+        raise
+    reply = state.in_flight
+    record_call(ctx, state, reply.usage or Usage(), started, first_byte, outcome="ok")
+    return reply
+
+
+def build_request(ctx: TurnContext, *, final: bool) -> ModelRequest:
+    system = [SystemBlock(ctx.system_prompt, cache=True)]
+    if final:
+        system.append(SystemBlock(FINAL_ANSWER_NOTE))
+    return ModelRequest(
+        model=ctx.profile.model,
+        system=tuple(system),
+        messages=project(ctx.store.active_messages(session_id=ctx.session_id)),
+        tools=ctx.tools.specs(),
+        sampling=ctx.sampling,
+        cache_ttl=ctx.profile.cache_ttl,
+        prompt_cache_key=ctx.session_id,
+        tool_choice="none" if final else "auto",
+    )
+
+
+def record_call(
+    ctx: TurnContext,
+    state: TurnState,
+    usage: Usage,
+    started: float,
+    first_byte: float | None,
+    *,
+    outcome: str,
+) -> None:
+    cost = price_usage(
+        usage, model=ctx.profile.model, provider=ctx.profile.provider, override=ctx.price_override
+    )
+    latency_s = time.monotonic() - started
+    ttft_s = first_byte - started if first_byte else None
+    ctx.metrics.observe_call(
+        profile=ctx.profile.name,
+        upstream_model=ctx.profile.model,
+        usage=usage,
+        cost=cost,
+        latency_s=latency_s,
+        ttft_s=ttft_s,
+        outcome=outcome,
+    )
+    state.calls += 1
+    state.usage = state.usage + usage
+    state.cost = state.cost + cost
+    ctx.spend.add(cost)
+    ctx.store.record_api_call(
+        session_id=ctx.session_id,
+        owner=ctx.owner,
+        turn_id=ctx.turn_id,
+        call=ApiCallRecord(
+            profile=ctx.profile.name,
+            upstream_model=ctx.profile.model,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+            cost_usd=cost.amount,
+            cost_status=cost.status,
+            cost_source=cost.source,
+            latency_ms=latency_s * 1000,
+            ttft_ms=ttft_s * 1000 if ttft_s is not None else None,
+            outcome=outcome,
+        ),
+    )
+
+
+def persist_reply(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, ...]) -> None:
+    if not reply.text and not calls:
+        return
+    ctx.store.append_messages(
+        session_id=ctx.session_id,
+        lease=ctx.lease,
+        turn_id=ctx.turn_id,
+        messages=[
+            NewMessage(
+                role="assistant",
+                content=reply.text or None,
+                tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
+                reasoning=reply.reasoning or None,
+            )
+        ],
+    )
+
+
+async def run_tools(ctx: TurnContext, calls: tuple[ToolCall, ...]) -> None:
+    """Run calls in emission order, committing each result as it arrives."""
+    tool_ctx = ToolContext(session_id=ctx.session_id, workspace=ctx.workspace)
+    for call in calls:
+        ctx.emit(ToolStarted(call.id, call.name))
+        outcome = await ctx.tools.run(call, tool_ctx)
+        ctx.store.append_messages(
+            session_id=ctx.session_id,
+            lease=ctx.lease,
+            turn_id=ctx.turn_id,
+            messages=[
+                NewMessage(
+                    role="tool",
+                    content=outcome.content,
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    is_error=outcome.is_error,
+                )
+            ],
+        )
+        ctx.emit(ToolFinished(call.id, call.name, outcome.is_error))
+
+
+def keep_partial_reply(ctx: TurnContext, state: TurnState) -> None:
+    """On cancel: keep the text produced so far as plain text and close open tool calls."""
+    try:
+        if state.in_flight.text and state.in_flight.finish is None:
+            persist_reply(ctx, state.in_flight, ())
+        close_unanswered_calls(
+            ctx.store,
+            session_id=ctx.session_id,
+            lease=ctx.lease,
+            turn_id=ctx.turn_id,
+            result=CANCELLED_RESULT,
+        )
+    except (LeaseLost, SQLAlchemyError):
+        log.exception("turn %s: could not record the cancellation", ctx.turn_id)
+
+
+def _error(code: str, status: int, type_: str = "server_error") -> TurnError:
+    messages = {
+        "session_busy": "another turn took over this session",
+        "persistence_failed": "the turn could not be saved; nothing further was run",
+        "internal_error": "internal error",
+    }
+    return TurnError(message=messages.get(code, code), type=type_, code=code, status=status)
+
+
+def upstream_turn_error(exc: ProviderError) -> TurnError:
+    status = {"rate_limited": 429, "context_overflow": 400, "content_policy": 400}.get(
+        exc.kind, 502
+    )
+    return TurnError(
+        message=f"upstream model call failed ({exc.kind})",
+        type="upstream_error",
+        code=f"upstream_{exc.kind}",
+        status=status,
+    )

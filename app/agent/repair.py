@@ -1,0 +1,30 @@
+"""Close tool calls a crash or a cancellation left without a result, in the durable log."""
+
+from __future__ import annotations
+
+from app.agent.projection import unanswered_calls
+from app.db.store import NewMessage, Store
+
+
+def close_unanswered_calls(
+    store: Store, *, session_id: str, lease: str, turn_id: str | None, result: str
+) -> int:
+    """Append a synthetic error result for each open call; returns how many were closed.
+
+    Runs before new user messages are appended, so the result lands directly after its
+    call: appended later, it would sit behind the user turn and break the transcript.
+    """
+    pending = unanswered_calls(store.active_messages(session_id=session_id))
+    if pending:
+        store.append_messages(
+            session_id=session_id,
+            lease=lease,
+            turn_id=turn_id,
+            messages=[
+                NewMessage(
+                    role="tool", content=result, tool_call_id=cid, tool_name=name, is_error=True
+                )
+                for cid, name in pending
+            ],
+        )
+    return len(pending)

@@ -1,0 +1,129 @@
+"""TurnManager: turns are tasks owned by the server, not by the HTTP request.
+
+The route subscribes to a turn's events; the turn holds the session's lease for its whole
+life, so two requests can never interleave appends on one session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable
+
+from app.agent.events import TurnEvent, TurnFinished
+from app.agent.loop import TurnContext, run_turn
+from app.db.store import Store
+from app.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+LEASE_TTL_S = 6 * 3600.0
+"""Long enough for any turn; a crashed process's leases are cleared at the next start."""
+
+
+class SessionBusy(Exception):
+    """Another turn holds the session's lease."""
+
+
+class TurnHandle:
+    def __init__(self, turn_id: str, session_id: str) -> None:
+        self.turn_id = turn_id
+        self.session_id = session_id
+        self._history: list[TurnEvent] = []
+        self._queues: list[asyncio.Queue[TurnEvent]] = []
+        self.task: asyncio.Task[TurnFinished] | None = None
+
+    def publish(self, event: TurnEvent) -> None:
+        self._history.append(event)
+        for queue in self._queues:
+            queue.put_nowait(event)
+
+    def subscribe(self) -> asyncio.Queue[TurnEvent]:
+        """A queue of every event of the turn from its start, ending with `TurnFinished`."""
+        queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
+        for event in self._history:
+            queue.put_nowait(event)
+        self._queues.append(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[TurnEvent]) -> None:
+        if queue in self._queues:
+            self._queues.remove(queue)
+
+    async def events(self) -> AsyncIterator[TurnEvent]:
+        queue = self.subscribe()
+        try:
+            while True:
+                event = await queue.get()
+                yield event
+                if isinstance(event, TurnFinished):
+                    return
+        finally:
+            self.unsubscribe(queue)
+
+    def cancel(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    async def wait(self) -> TurnFinished:
+        assert self.task is not None
+        return await asyncio.shield(self.task)
+
+
+class TurnManager:
+    def __init__(self, store: Store, metrics: Metrics) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.running: dict[str, TurnHandle] = {}
+
+    def new_lease(self, session_id: str) -> str:
+        lease = secrets.token_hex(16)
+        if not self.store.acquire_lease(session_id=session_id, lease=lease, ttl_s=LEASE_TTL_S):
+            raise SessionBusy(session_id)
+        return lease
+
+    def start(self, make_context: Callable[[TurnHandle], TurnContext]) -> TurnHandle:
+        """Start a turn whose context (already holding the lease) `make_context` builds."""
+        turn_id = "turn_" + secrets.token_hex(8)
+        handle = TurnHandle(turn_id, "")
+        ctx = make_context(handle)
+        handle.session_id = ctx.session_id
+        ctx.turn_id = turn_id
+        ctx.emit = handle.publish
+        self.store.start_turn(session_id=ctx.session_id, lease=ctx.lease, turn_id=turn_id)
+        handle.task = asyncio.create_task(self._run(ctx, handle), name=turn_id)
+        self.running[turn_id] = handle
+        return handle
+
+    async def _run(self, ctx: TurnContext, handle: TurnHandle) -> TurnFinished:
+        finished: TurnFinished | None = None
+        self.metrics.in_flight.inc()
+        try:
+            finished = await run_turn(ctx)
+            return finished
+        finally:
+            self.metrics.in_flight.dec()
+            self.running.pop(handle.turn_id, None)
+            reason = finished.exit_reason if finished else "cancelled"
+            self.metrics.turns.labels(ctx.profile.name, reason).inc()
+            try:
+                self.store.finish_turn(
+                    turn_id=handle.turn_id,
+                    exit_reason=reason,
+                    iterations=finished.iterations if finished else 0,
+                    error=finished.error.code if finished and finished.error else None,
+                )
+                self.store.release_lease(session_id=ctx.session_id, lease=ctx.lease)
+            except Exception:
+                log.exception("turn %s: could not close the turn record", handle.turn_id)
+            if finished is not None:
+                handle.publish(finished)
+
+    async def shutdown(self) -> None:
+        handles = list(self.running.values())
+        for handle in handles:
+            handle.cancel()
+        for handle in handles:
+            if handle.task is not None:
+                await asyncio.gather(handle.task, return_exceptions=True)

@@ -1,0 +1,247 @@
+"""Settings: one pydantic-settings object, read once at startup and frozen.
+
+Anything that widens trust (the API key, the bind address, the host-exec override) is read
+here exactly once. Re-reading the environment later would let code running inside the
+process (a tool, a generated script) flip a security switch with one `os.environ` write.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+MIN_KEY_LENGTH = 16
+_PLACEHOLDER_KEYS = frozenset(
+    {"changeme", "change-me", "changeit", "secret", "your-api-key", "replace-me", "apikey"}
+)
+
+
+class ConfigError(ValueError):
+    """A refusal to start; its message is the one line the operator sees."""
+
+
+def key_problem(key: str) -> str | None:
+    """Why `key` is unfit to guard an endpoint that runs tools, or None when it is fine."""
+    lowered = key.strip().lower()
+    if not lowered:
+        return "COURIER_API_KEY is not set; run `courier keygen` and export the key it prints"
+    if (
+        lowered in _PLACEHOLDER_KEYS
+        or lowered.startswith(("password", "sk-xxxx", "changeme", "your-"))
+        or len(set(lowered)) == 1
+    ):
+        return "COURIER_API_KEY is a placeholder; run `courier keygen` for a real one"
+    if len(key) < MIN_KEY_LENGTH:
+        return (
+            f"COURIER_API_KEY is {len(key)} characters; at least {MIN_KEY_LENGTH} are required "
+            "(run `courier keygen`)"
+        )
+    return None
+
+
+class PriceOverrideConfig(BaseModel):
+    """Contract prices in USD per million tokens, for private deployments."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_per_mtok: Decimal | None = None
+    output_per_mtok: Decimal | None = None
+    cache_read_per_mtok: Decimal | None = None
+    cache_write_per_mtok: Decimal | None = None
+    included: bool = False
+    """A flat-rate contract: calls cost nothing at the margin and report `included`."""
+
+
+class Profile(BaseModel):
+    """One agent profile: the model id clients see and the upstream that serves it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "courier"
+    """The model id clients see in `/v1/models` and send as `model`."""
+    provider: Literal["openai", "anthropic"] = "openai"
+    """Wire format: `openai` = chat completions, `anthropic` = Messages."""
+    base_url: str | None = None
+    """Upstream base URL; None means the provider's public endpoint."""
+    api_key: SecretStr | None = None
+    model: str = "gpt-4o-mini"
+    """The upstream model id."""
+    context_window: int = Field(default=128_000, ge=1024)
+    max_output_tokens: int = Field(default=8192, ge=1)
+    max_iterations: int = Field(default=90, ge=1, le=10_000)
+    """Upstream calls one turn may make before it must answer without tools."""
+    accept_any_model: bool = False
+    """Serve requests naming any model id instead of answering 404 `model_not_found`."""
+    cache_markers: bool = False
+    """OpenAI-wire routes that accept `cache_control` markers (envelope routes)."""
+    cache_ttl: Literal["5m", "1h"] = "5m"
+    instructions: str = ""
+    """Profile instructions, part of the context tier of the system prompt."""
+    workspace: Path | None = None
+    """A shared working directory for every session of this profile; None = one per session."""
+    upstream_timeout_s: float = Field(default=600.0, gt=0)
+    retry_attempts: int = Field(default=3, ge=1, le=10)
+    """Attempts per upstream call for retryable failures before any output arrived."""
+    retry_base_delay_s: float = Field(default=2.0, ge=0)
+    prices: PriceOverrideConfig | None = None
+    allow_unpriced: bool = False
+
+
+def _toml_path() -> Path | None:
+    raw = os.environ.get("COURIER_CONFIG")
+    return Path(raw) if raw else None
+
+
+class Settings(BaseSettings):
+    """Everything Courier reads from its environment (prefix `COURIER_`) and TOML file."""
+
+    model_config = SettingsConfigDict(env_prefix="COURIER_", frozen=True, extra="ignore")
+
+    api_key: SecretStr = SecretStr("")
+    """The bearer key clients must send. Required: at least 16 characters, no placeholder."""
+    admin_api_key: SecretStr | None = None
+    """Optional second key that may read every session's ledger; same strength rules."""
+    metrics_api_key: SecretStr | None = None
+    """Optional key whose only scope is reading `/metrics`."""
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    """Serve `/metrics` without auth on this loopback-only port as well (0 = off)."""
+    host: str = "127.0.0.1"
+    port: int = Field(default=8642, ge=0, le=65535)
+    data_dir: Path = Path("./data")
+    allow_exposed_host_exec: bool = False
+    """Permit a non-loopback bind while tools run unsandboxed on the host (dangerous)."""
+    tool_sandbox: bool = False
+    """Tool execution runs in an OS sandbox, which makes an exposed bind acceptable."""
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    keepalive_s: float = Field(default=5.0, gt=0)
+    log_level: str = "info"
+    spend_cap_key_usd: Decimal | None = Field(default=None, ge=0)
+    """Total spend allowed per API key, across all its sessions."""
+    spend_cap_key_daily_usd: Decimal | None = Field(default=None, ge=0)
+    """Spend allowed per API key over any rolling 24 hours."""
+    spend_cap_session_usd: Decimal | None = Field(default=None, ge=0)
+    """Spend allowed per session."""
+
+    # The default profile, from flat env names operators expect.
+    upstream_provider: Literal["openai", "anthropic"] = "openai"
+    upstream_base_url: str | None = None
+    upstream_api_key: SecretStr | None = None
+    upstream_model: str = "gpt-4o-mini"
+    context_window: int = Field(default=128_000, ge=1024)
+    model_name: str = "courier"
+    accept_any_model: bool = False
+    workspace: Path | None = None
+    """A shared working directory for the default profile; unset = one per session."""
+    max_iterations: int = Field(default=90, ge=1, le=10_000)
+    upstream_retry_attempts: int = Field(default=3, ge=1, le=10)
+    upstream_retry_base_delay_s: float = Field(default=2.0, ge=0)
+
+    tool_plugins: str = ""
+    """Comma-separated `module:attribute` names of extra tools, imported once at startup."""
+
+    profiles: tuple[Profile, ...] = ()
+    """Extra profiles from `[[profiles]]` in the TOML file."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = _toml_path()
+        if path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+    @field_validator("api_key")
+    @classmethod
+    def _key_is_strong(cls, value: SecretStr) -> SecretStr:
+        problem = key_problem(value.get_secret_value())
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("admin_api_key", "metrics_api_key")
+    @classmethod
+    def _other_keys_are_strong(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and (problem := key_problem(value.get_secret_value())):
+            raise ValueError(problem.replace("COURIER_API_KEY", "this key"))
+        return value
+
+    @model_validator(mode="after")
+    def _bind_is_safe(self) -> Settings:
+        if not is_loopback(self.host) and not (self.tool_sandbox or self.allow_exposed_host_exec):
+            raise ValueError(
+                f"refusing to bind {self.host}: tools run commands on this host without a "
+                "sandbox, so a reachable endpoint would be remote code execution; bind "
+                "127.0.0.1, enable COURIER_TOOL_SANDBOX=1, or set "
+                "COURIER_ALLOW_EXPOSED_HOST_EXEC=1 if you accept that risk"
+            )
+        names = [p.name for p in self.all_profiles()]
+        if len(names) != len(set(names)):
+            raise ValueError(f"profile names must be unique, got {names}")
+        return self
+
+    def default_profile(self) -> Profile:
+        return Profile(
+            name=self.model_name,
+            provider=self.upstream_provider,
+            base_url=self.upstream_base_url,
+            api_key=self.upstream_api_key,
+            model=self.upstream_model,
+            context_window=self.context_window,
+            accept_any_model=self.accept_any_model,
+            workspace=self.workspace,
+            max_iterations=self.max_iterations,
+            retry_attempts=self.upstream_retry_attempts,
+            retry_base_delay_s=self.upstream_retry_base_delay_s,
+        )
+
+    def all_profiles(self) -> tuple[Profile, ...]:
+        return (self.default_profile(), *self.profiles)
+
+    def tool_plugin_specs(self) -> list[str]:
+        return [spec.strip() for spec in self.tool_plugins.split(",") if spec.strip()]
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "courier.db"
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings once; a refusal comes back as `ConfigError` with a single clear line."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        message = str(first.get("msg", "invalid configuration")).removeprefix("Value error, ")
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        if where and where != "api_key" and not message.startswith("refusing"):
+            message = f"{where}: {message}"
+        raise ConfigError(message) from None

@@ -1,0 +1,57 @@
+"""Engine setup: SQLite in WAL mode with a busy timeout, and the FTS5 index over messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, event, text
+from sqlmodel import SQLModel, create_engine
+
+from app.db import models  # noqa: F401  (registers the tables on SQLModel.metadata)
+
+# Triggers fire only on inserts, deletes and changes to the text columns: flipping the
+# `active`/`compacted` flags during a compaction must cost no index work.
+_FTS_DDL = (
+    """CREATE VIRTUAL TABLE IF NOT EXISTS message_fts USING fts5(
+        content, api_content, content='message', content_rowid='id')""",
+    """CREATE TRIGGER IF NOT EXISTS message_fts_ai AFTER INSERT ON message BEGIN
+        INSERT INTO message_fts(rowid, content, api_content)
+        VALUES (new.id, new.content, new.api_content);
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS message_fts_ad AFTER DELETE ON message BEGIN
+        INSERT INTO message_fts(message_fts, rowid, content, api_content)
+        VALUES ('delete', old.id, old.content, old.api_content);
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS message_fts_au AFTER UPDATE OF content, api_content
+        ON message BEGIN
+        INSERT INTO message_fts(message_fts, rowid, content, api_content)
+        VALUES ('delete', old.id, old.content, old.api_content);
+        INSERT INTO message_fts(rowid, content, api_content)
+        VALUES (new.id, new.content, new.api_content);
+    END""",
+)
+
+
+def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def make_engine(db_path: Path) -> Engine:
+    """Create the engine and the schema; idempotent, so every startup may call it."""
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        f"sqlite:///{db_path}",
+        connect_args={"check_same_thread": False, "timeout": 5},
+    )
+    event.listen(engine, "connect", _on_connect)
+    SQLModel.metadata.create_all(engine)
+    with engine.begin() as conn:
+        for ddl in _FTS_DDL:
+            conn.execute(text(ddl))
+    return engine

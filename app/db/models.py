@@ -1,0 +1,95 @@
+"""SQLModel tables. Messages are ordered by their autoincrement id, never by timestamp."""
+
+from __future__ import annotations
+
+import time
+
+from sqlmodel import Field, SQLModel
+
+
+def _now() -> float:
+    return time.time()
+
+
+class SessionRow(SQLModel, table=True):
+    __tablename__ = "session"
+
+    id: str = Field(primary_key=True)
+    owner: str = Field(index=True)
+    """Fingerprint of the API key that created the session; only it (or an admin) reads it."""
+    profile: str
+    system_prompt: str
+    """Built once when the session starts and reused verbatim, so its bytes never drift."""
+    started_at: float = Field(default_factory=_now)
+    updated_at: float = Field(default_factory=_now)
+    lease: str | None = None
+    """The turn currently allowed to append; every append checks it in its transaction."""
+    lease_expires_at: float | None = None
+    # Rolled-up usage; the per-call truth lives in api_call.
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: str = "0"
+    cost_unknown_calls: int = 0
+    upstream_calls: int = 0
+
+
+class MessageRow(SQLModel, table=True):
+    __tablename__ = "message"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(foreign_key="session.id", index=True)
+    turn_id: str | None = Field(default=None, index=True)
+    role: str
+    """user | assistant | tool."""
+    content: str | None = None
+    api_content: str | None = None
+    """The exact text sent upstream when it differs from `content`; replay uses it verbatim."""
+    tool_calls: str | None = None
+    """JSON list of {id, name, arguments} for an assistant message that called tools."""
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    is_error: bool = False
+    reasoning: str | None = None
+    """Display only: raw reasoning never re-enters the transcript."""
+    active: bool = True
+    compacted: bool = False
+    created_at: float = Field(default_factory=_now)
+
+
+class TurnRow(SQLModel, table=True):
+    __tablename__ = "turn"
+
+    id: str = Field(primary_key=True)
+    session_id: str = Field(foreign_key="session.id", index=True)
+    started_at: float = Field(default_factory=_now)
+    finished_at: float | None = None
+    exit_reason: str | None = None
+    iterations: int = 0
+    error: str | None = None
+
+
+class ApiCallRow(SQLModel, table=True):
+    __tablename__ = "api_call"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(foreign_key="session.id", index=True)
+    turn_id: str = Field(index=True)
+    owner: str = Field(index=True)
+    profile: str
+    upstream_model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: str | None = None
+    cost_status: str = "unknown"
+    cost_source: str = ""
+    latency_ms: float = 0.0
+    ttft_ms: float | None = None
+    outcome: str = "ok"
+    """ok | error kind from the provider error taxonomy."""
+    created_at: float = Field(default_factory=_now, index=True)

@@ -1,0 +1,116 @@
+"""POST /v1/chat/completions: parse, authorize, start a turn, render JSON or SSE."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from app.agent.events import TurnFinished, TurnText
+from app.agent.turns import TurnHandle
+from app.protocol.errors import ApiError, validation_error
+from app.protocol.openai import ChatCompletionRequest
+from app.protocol.render import CompletionRenderer, error_payload
+from app.routes.deps import PrincipalDep, StateDep, read_limited_body
+
+router = APIRouter()
+
+
+def parse_request(body: bytes) -> ChatCompletionRequest:
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+    try:
+        return ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request, state: StateDep, principal: PrincipalDep) -> Response:
+    body = await read_limited_body(request, state.settings.max_body_bytes)
+    chat = parse_request(body)
+    session_header = request.headers.get("x-session-id") or chat.session_id
+    started = state.chat.start(chat, principal, session_header)
+    headers = {"X-Session-Id": started.session_id}
+    renderer = CompletionRenderer(
+        chat.model, include_usage=bool(chat.stream_options and chat.stream_options.include_usage)
+    )
+    if chat.stream:
+        return EventSourceResponse(
+            sse_frames(started.handle, renderer, state.settings.keepalive_s),
+            headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            ping=0,
+            sep="\n",
+        )
+    return await json_completion(started.handle, renderer, headers)
+
+
+async def json_completion(
+    handle: TurnHandle, renderer: CompletionRenderer, headers: dict[str, str]
+) -> Response:
+    text: list[str] = []
+    finished: TurnFinished | None = None
+    try:
+        async for event in handle.events():
+            if isinstance(event, TurnText):
+                text.append(event.text)
+            elif isinstance(event, TurnFinished):
+                finished = event
+    except asyncio.CancelledError:
+        handle.cancel()
+        raise
+    assert finished is not None
+    headers = {
+        **headers,
+        "X-Courier-Upstream-Calls": str(finished.upstream_calls),
+        "X-Courier-Cost-USD": str(finished.cost.amount)
+        if finished.cost.amount is not None
+        else "unknown",
+    }
+    if finished.error is not None:
+        err = finished.error
+        return JSONResponse(error_payload(err), status_code=err.status, headers=headers)
+    return JSONResponse(renderer.completion("".join(text), finished), headers=headers)
+
+
+async def sse_frames(
+    handle: TurnHandle, renderer: CompletionRenderer, keepalive_s: float
+) -> AsyncIterator[ServerSentEvent]:
+    """Standard chunks only; a comment line whenever `keepalive_s` pass without a byte."""
+    yield ServerSentEvent(data=renderer.role_chunk())
+    queue = handle.subscribe()
+    finished = False
+    try:
+        while True:
+            try:
+                event = await asyncio.wait_for(queue.get(), timeout=keepalive_s)
+            except TimeoutError:
+                yield ServerSentEvent(comment="keepalive")
+                continue
+            if isinstance(event, TurnText):
+                yield ServerSentEvent(data=renderer.text_chunk(event.text))
+            elif isinstance(event, TurnFinished):
+                finished = True
+                if event.error is not None:
+                    # Headers are gone: the error travels inside the stream.
+                    yield ServerSentEvent(data=json.dumps(error_payload(event.error)))
+                else:
+                    yield ServerSentEvent(data=renderer.finish_chunk(event))
+                    if renderer.include_usage:
+                        yield ServerSentEvent(data=renderer.usage_chunk(event))
+                yield ServerSentEvent(data="[DONE]")
+                return
+    finally:
+        handle.unsubscribe(queue)
+        if not finished:
+            # The client went away (a voice interruption, a closed tab): stop the work.
+            handle.cancel()

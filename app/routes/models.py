@@ -1,0 +1,26 @@
+"""GET /v1/models and /v1/models/{id}: discovery for Open WebUI and friends."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.protocol.errors import ApiError
+from app.protocol.openai import ModelCard, ModelList
+from app.routes.deps import PrincipalDep, StateDep
+
+router = APIRouter()
+
+
+@router.get("/v1/models")
+async def list_models(state: StateDep, _principal: PrincipalDep) -> ModelList:
+    created = state.started_at
+    return ModelList(data=[ModelCard(id=name, created=created) for name in state.chat.profiles])
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(model_id: str, state: StateDep, _principal: PrincipalDep) -> ModelCard:
+    if model_id not in state.chat.profiles:
+        raise ApiError(
+            404, f"the model '{model_id}' does not exist", param="model", code="model_not_found"
+        )
+    return ModelCard(id=model_id, created=state.started_at)

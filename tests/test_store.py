@@ -1,0 +1,128 @@
+"""The store on a real SQLite file: fencing, ordering, FTS sync, roll-ups."""
+
+from __future__ import annotations
+
+import sqlite3
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from app.db.store import ApiCallRecord, LeaseLost, NewMessage, Store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store.open(tmp_path / "c.db")
+    s.create_session(session_id="s1", owner="k1", profile="courier", system_prompt="sys")
+    return s
+
+
+def test_schema_creation_is_idempotent(tmp_path: Path) -> None:
+    Store.open(tmp_path / "c.db").close()
+    Store.open(tmp_path / "c.db").close()
+    con = sqlite3.connect(tmp_path / "c.db")
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_appends_are_fenced_by_the_lease(store: Store) -> None:
+    with pytest.raises(LeaseLost):
+        store.append_messages(
+            session_id="s1", lease="nope", turn_id=None, messages=[NewMessage("user", "x")]
+        )
+    assert store.acquire_lease(session_id="s1", lease="L1", ttl_s=60)
+    assert not store.acquire_lease(session_id="s1", lease="L2", ttl_s=60)
+    store.append_messages(
+        session_id="s1", lease="L1", turn_id=None, messages=[NewMessage("user", "a")]
+    )
+    store.release_lease(session_id="s1", lease="L1")
+    with pytest.raises(LeaseLost):
+        store.append_messages(
+            session_id="s1", lease="L1", turn_id=None, messages=[NewMessage("user", "b")]
+        )
+    assert [m.content for m in store.active_messages(session_id="s1")] == ["a"]
+
+
+def test_expired_lease_can_be_taken_over(store: Store) -> None:
+    assert store.acquire_lease(session_id="s1", lease="old", ttl_s=-1)
+    assert store.acquire_lease(session_id="s1", lease="new", ttl_s=60)
+    with pytest.raises(LeaseLost):
+        store.append_messages(
+            session_id="s1", lease="old", turn_id=None, messages=[NewMessage("user", "x")]
+        )
+
+
+def test_messages_keep_insertion_order_and_tool_calls(store: Store) -> None:
+    store.acquire_lease(session_id="s1", lease="L", ttl_s=60)
+    calls = [{"id": "c1", "name": "read_file", "arguments": '{"path": "a"}'}]
+    store.append_messages(
+        session_id="s1",
+        lease="L",
+        turn_id="t1",
+        messages=[
+            NewMessage("user", "hi"),
+            NewMessage("assistant", None, tool_calls=calls),
+            NewMessage("tool", "contents", tool_call_id="c1", tool_name="read_file"),
+        ],
+    )
+    rows = store.active_messages(session_id="s1")
+    assert [r.role for r in rows] == ["user", "assistant", "tool"]
+    assert rows[1].tool_calls == tuple(calls)
+    assert rows[0].id < rows[1].id < rows[2].id
+
+
+def test_full_text_search_follows_text_changes_only(store: Store) -> None:
+    store.acquire_lease(session_id="s1", lease="L", ttl_s=60)
+    store.append_messages(
+        session_id="s1",
+        lease="L",
+        turn_id=None,
+        messages=[NewMessage("user", "the zebra crossing")],
+    )
+    assert [m.content for m in store.search_messages(session_id="s1", query="zebra")] == [
+        "the zebra crossing"
+    ]
+    con = sqlite3.connect(store.engine.url.database or "")
+    con.execute("UPDATE message SET active = 0, compacted = 1")
+    con.commit()
+    # A compacted row stays searchable; a retracted one does not.
+    assert store.search_messages(session_id="s1", query="zebra")
+    con.execute("UPDATE message SET compacted = 0")
+    con.execute("UPDATE message SET content = 'a giraffe'")
+    con.commit()
+    con.execute("UPDATE message SET active = 1")
+    con.commit()
+    assert not store.search_messages(session_id="s1", query="zebra")
+    assert store.search_messages(session_id="s1", query="giraffe")
+
+
+def test_api_calls_roll_up_into_the_session(store: Store) -> None:
+    def call(cost: Decimal | None, status: str) -> ApiCallRecord:
+        return ApiCallRecord(
+            profile="courier",
+            upstream_model="m",
+            input_tokens=10,
+            output_tokens=5,
+            cache_read_tokens=100,
+            cache_write_tokens=1,
+            reasoning_tokens=2,
+            cost_usd=cost,
+            cost_status=status,
+            cost_source="test",
+            latency_ms=1.0,
+            ttft_ms=0.5,
+            outcome="ok",
+        )
+
+    store.record_api_call(
+        session_id="s1", owner="k1", turn_id="t", call=call(Decimal("0.25"), "estimated")
+    )
+    store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=call(None, "unknown"))
+    session = store.get_session(session_id="s1")
+    assert session is not None
+    assert (session.input_tokens, session.cache_read_tokens, session.upstream_calls) == (20, 200, 2)
+    assert Decimal(session.cost_usd) == Decimal("0.25")
+    assert session.cost_unknown_calls == 1
+    rows, total = store.api_calls(session_id="s1", limit=1, offset=1)
+    assert total == 2 and rows[0].cost_usd is None
+    assert store.spent_by_owner(owner="k1") == (Decimal("0.25"), 1)
