@@ -96,6 +96,15 @@ class Profile(BaseModel):
     retry_base_delay_s: float = Field(default=2.0, ge=0)
     prices: PriceOverrideConfig | None = None
     allow_unpriced: bool = False
+    toolsets: tuple[str, ...] = ("core", "web", "memory")
+    """Which toolsets this profile's sessions get."""
+    terminal_backend: Literal["sandbox", "local"] = "sandbox"
+    """`sandbox` runs commands under bubblewrap; `local` runs them on the host (opt-in)."""
+    terminal_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    network: bool = False
+    """Let tools reach the network (the terminal sandbox shares the host network)."""
+    fetch_allow_hosts: tuple[str, ...] = ()
+    """Hosts or CIDRs web_fetch may reach although private or loopback."""
 
 
 def _toml_path() -> Path | None:
@@ -121,8 +130,6 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
     allow_exposed_host_exec: bool = False
     """Permit a non-loopback bind while tools run unsandboxed on the host (dangerous)."""
-    tool_sandbox: bool = False
-    """Tool execution runs in an OS sandbox, which makes an exposed bind acceptable."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     keepalive_s: float = Field(default=5.0, gt=0)
     log_level: str = "info"
@@ -144,6 +151,9 @@ class Settings(BaseSettings):
     workspace: Path | None = None
     """A shared working directory for the default profile; unset = one per session."""
     max_iterations: int = Field(default=90, ge=1, le=10_000)
+    terminal_backend: Literal["sandbox", "local"] = "sandbox"
+    """Default profile: `local` runs tool commands on the host and forbids an exposed bind."""
+    tool_network: bool = False
     upstream_retry_attempts: int = Field(default=3, ge=1, le=10)
     upstream_retry_base_delay_s: float = Field(default=2.0, ge=0)
 
@@ -185,11 +195,12 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _bind_is_safe(self) -> Settings:
-        if not is_loopback(self.host) and not (self.tool_sandbox or self.allow_exposed_host_exec):
+        host_exec = [p.name for p in self.all_profiles() if p.terminal_backend == "local"]
+        if not is_loopback(self.host) and host_exec and not self.allow_exposed_host_exec:
             raise ValueError(
-                f"refusing to bind {self.host}: tools run commands on this host without a "
-                "sandbox, so a reachable endpoint would be remote code execution; bind "
-                "127.0.0.1, enable COURIER_TOOL_SANDBOX=1, or set "
+                f"refusing to bind {self.host}: profile(s) {', '.join(host_exec)} run commands "
+                "on this host without a sandbox, so a reachable endpoint would be remote code "
+                'execution; bind 127.0.0.1, use terminal_backend = "sandbox", or set '
                 "COURIER_ALLOW_EXPOSED_HOST_EXEC=1 if you accept that risk"
             )
         names = [p.name for p in self.all_profiles()]
@@ -210,6 +221,8 @@ class Settings(BaseSettings):
             max_iterations=self.max_iterations,
             retry_attempts=self.upstream_retry_attempts,
             retry_base_delay_s=self.upstream_retry_base_delay_s,
+            terminal_backend=self.terminal_backend,
+            network=self.tool_network,
         )
 
     def all_profiles(self) -> tuple[Profile, ...]:

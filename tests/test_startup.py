@@ -46,10 +46,18 @@ def test_refuses_weak_keys(tmp_path: Path, key: str | None, says: str) -> None:
 
 
 def test_refuses_exposed_bind_without_sandbox(tmp_path: Path) -> None:
-    result = _serve(tmp_path, COURIER_API_KEY=GOOD_KEY, COURIER_HOST="0.0.0.0")
+    result = _serve(
+        tmp_path, COURIER_API_KEY=GOOD_KEY, COURIER_HOST="0.0.0.0", COURIER_TERMINAL_BACKEND="local"
+    )
     assert result.returncode == 2
     line = result.stderr.strip()
     assert "refusing to bind 0.0.0.0" in line and "remote code execution" in line
+
+
+def test_sandboxed_profiles_may_bind_exposed() -> None:
+    from app.config import load_settings
+
+    assert load_settings(api_key=GOOD_KEY, host="0.0.0.0").host == "0.0.0.0"
 
 
 def test_settings_accept_exposed_bind_when_overridden() -> None:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, free_port, sim_env
 from tests.support.sim import Simulator
 from tests.support.spec import validate
 
@@ -275,5 +275,17 @@ def test_metrics_move_after_a_turn(sim: Simulator, tmp_path: Path) -> None:
             f"{server.base_url}/v1/chat/completions", json=BODY, headers=auth, timeout=30
         )
         assert denied.status_code == 403
+    finally:
+        server.stop()
+
+
+def test_metrics_on_a_separate_loopback_port(sim: Simulator, tmp_path: Path) -> None:
+    port = free_port()
+    server = Server(data_dir=tmp_path, env=sim_env(sim.base_url, COURIER_METRICS_PORT=str(port)))
+    server.start()
+    try:
+        resp = httpx.get(f"http://127.0.0.1:{port}/metrics")
+        assert resp.status_code == 200
+        assert "courier_turns_in_flight" in resp.text
     finally:
         server.stop()

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from app.db.store import Store
 from app.providers.base import ToolCall, ToolSpec
 
 log = logging.getLogger(__name__)
@@ -27,9 +29,33 @@ class ToolError(Exception):
 class ToolContext:
     session_id: str
     workspace: Path
+    owner: str = ""
+    """The API principal's fingerprint: memory and session search are scoped to it."""
+    store: Store | None = None
+    network: bool = False
+    """Whether the profile lets tools reach the network (terminal sandbox, web_fetch)."""
+    terminal_backend: Literal["sandbox", "local"] = "sandbox"
+    terminal_timeout_s: float = 120.0
+    fetch_allow_hosts: tuple[str, ...] = ()
+    """Hosts or CIDRs web_fetch may reach even though they are private or loopback."""
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
+Access = Literal["read", "write"]
+
+
+@dataclass(frozen=True, slots=True)
+class PathClaim:
+    """A canonical path a call touches, and how; the scheduler orders conflicting claims."""
+
+    path: Path
+    access: Access
+
+
+PathScope = Callable[[dict[str, Any], ToolContext], list[PathClaim] | None]
+"""The paths a call will touch, or None when they cannot be determined (a barrier)."""
+
+Availability = Callable[[], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +65,13 @@ class Tool:
     parameters: dict[str, Any]
     handler: ToolHandler
     read_only: bool = True
+    """Touches nothing but what it reads: safe to run beside any other read-only call."""
+    path_scope: PathScope | None = None
+    available: Availability | None = None
+    """A cheap probe (binary present, service reachable); None means always available."""
+    toolset: str = "core"
+    spill_exempt: bool = False
+    """Never relocate this tool's output to a file (the file reader: recovery must not recurse)."""
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
@@ -63,9 +96,55 @@ def parse_arguments(raw: str) -> dict[str, Any] | str:
     return value
 
 
+AVAILABILITY_TTL_S = 30.0
+FLAKE_GRACE_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    offered: bool
+    at: float
+    last_success: float | None
+
+
+@dataclass
+class AvailabilityCache:
+    """Cached availability, asymmetric on purpose.
+
+    A failure within 60 s of the last success is ignored (the tool stays offered and the
+    next call re-probes): one flaky probe must not silently shrink the toolbox, which
+    would also change the session's schema bytes and break the prompt cache.
+    """
+
+    clock: Callable[[], float] = time.monotonic
+    _probes: dict[str, _Probe] = field(default_factory=dict)
+
+    def available(self, tool: Tool) -> bool:
+        if tool.available is None:
+            return True
+        now = self.clock()
+        previous = self._probes.get(tool.name)
+        if previous is not None and now - previous.at < AVAILABILITY_TTL_S:
+            return previous.offered
+        try:
+            ok = bool(tool.available())
+        except Exception:
+            log.exception("availability probe for %s failed", tool.name)
+            ok = False
+        last_success = now if ok else (previous.last_success if previous else None)
+        in_grace = not ok and last_success is not None and now - last_success < FLAKE_GRACE_S
+        # A forgiven failure is not cached, so the very next look probes again.
+        at = float("-inf") if in_grace else now
+        self._probes[tool.name] = _Probe(offered=ok or in_grace, at=at, last_success=last_success)
+        return ok or in_grace
+
+
 class ToolRegistry:
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(
+        self, tools: Iterable[Tool] = (), *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._tools: dict[str, Tool] = {}
+        self.availability = AvailabilityCache(clock=clock)
         for tool in tools:
             self.register(tool)
 
@@ -77,12 +156,17 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
-    def names(self) -> list[str]:
-        return sorted(self._tools)
+    def names(self, toolsets: Iterable[str] | None = None) -> list[str]:
+        wanted = set(toolsets) if toolsets is not None else None
+        return sorted(
+            name
+            for name, tool in self._tools.items()
+            if (wanted is None or tool.toolset in wanted) and self.availability.available(tool)
+        )
 
-    def specs(self) -> tuple[ToolSpec, ...]:
+    def specs(self, toolsets: Iterable[str] | None = None) -> tuple[ToolSpec, ...]:
         # Sorted by name so the serialised schema list is identical on every request.
-        return tuple(self._tools[name].spec() for name in sorted(self._tools))
+        return tuple(self._tools[name].spec() for name in self.names(toolsets))
 
     async def run(self, call: ToolCall, ctx: ToolContext) -> ToolOutcome:
         tool = self._tools.get(call.name)
@@ -93,10 +177,13 @@ class ToolRegistry:
         args = parse_arguments(call.arguments)
         if isinstance(args, str):
             return ToolOutcome(f"error: {call.name}: {args}", True)
+        return await self.invoke(tool, args, ctx)
+
+    async def invoke(self, tool: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         try:
             return ToolOutcome(await tool.handler(args, ctx))
         except ToolError as exc:
             return ToolOutcome(f"error: {exc}", True)
         except Exception:
-            log.exception("tool %s failed", call.name)
-            return ToolOutcome(f"error: {call.name} failed with an internal error", True)
+            log.exception("tool %s failed", tool.name)
+            return ToolOutcome(f"error: {tool.name} failed with an internal error", True)
