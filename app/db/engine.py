@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Engine, event, text
 from sqlmodel import SQLModel, create_engine
 
+import app.db.tool_models  # noqa: F401  (registers the tools' tables too)
 from app.db import models  # noqa: F401  (registers the tables on SQLModel.metadata)
 
 # Triggers fire only on inserts, deletes and changes to the text columns: flipping the

@@ -1,23 +1,41 @@
-"""Workspace tools: list and read files inside the session's workspace, nowhere else."""
+"""Workspace tools: list and read files inside the session's workspace, nowhere else.
+
+The path helpers here are shared by every file tool (`app/tools/files.py`): one place
+decides what "inside the workspace" means, so readers, writers and the scheduler's path
+claims can never disagree about it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from app.tools.registry import Tool, ToolContext, ToolError
+from app.tools.registry import (
+    Access,
+    PathClaim,
+    PathScope,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolHandler,
+)
 
 MAX_LIST_ENTRIES = 500
 MAX_READ_CHARS = 100_000
 DEFAULT_READ_LINES = 2000
+LINE_BYTES_CAP = 1_000_000
+"""Longest line held in memory; a longer one is cut, so a huge one-line file cannot OOM us."""
+BINARY_SNIFF_BYTES = 8192
 
 
 def resolve_in_workspace(workspace: Path, raw: object) -> Path:
     """Resolve `raw` inside `workspace`, following symlinks, and refuse anything outside.
 
     Resolving before the containment check matters: a check on the unresolved string would
-    let `link -> /etc` or `a/../../x` walk out of the workspace.
+    let `link -> /etc` or `a/../../x` walk out of the workspace. An absolute path is fine
+    as long as it resolves inside (models often echo back the absolute paths they saw).
     """
     if raw is None:
         raw = "."
@@ -25,20 +43,81 @@ def resolve_in_workspace(workspace: Path, raw: object) -> Path:
         raise ToolError("path must be a string")
     if "\x00" in raw:
         raise ToolError("path contains a NUL byte")
-    root = workspace.resolve()
-    candidate = (root / raw).resolve()
-    if candidate != root and root not in candidate.parents:
+    try:
+        root = workspace.resolve()
+        candidate = (root / raw).resolve()
+    except RuntimeError:
+        # How Python 3.11 reports a symlink loop; its text names the absolute host path.
+        raise ToolError(f"cannot resolve path {raw!r}: symlink loop") from None
+    except OSError as exc:
+        raise ToolError(f"cannot resolve path {raw!r}: {exc.strerror or 'I/O error'}") from None
+    if not is_inside(root, candidate):
         raise ToolError(f"path {raw!r} is outside the workspace")
     return candidate
 
 
-def _int_arg(args: dict[str, Any], name: str, default: int, minimum: int) -> int:
+def is_inside(root: Path, candidate: Path) -> bool:
+    """Whether resolved `candidate` is `root` or below it (by path components, not prefix)."""
+    return candidate == root or root in candidate.parents
+
+
+def display_path(workspace: Path, target: Path) -> str:
+    """`target` relative to the workspace, as the model should write it back to us."""
+    try:
+        rel = target.relative_to(workspace.resolve())
+    except ValueError:
+        return str(target)
+    return rel.as_posix() if rel.parts else "."
+
+
+def path_scope(access: Access, *, default: str | None = None) -> PathScope:
+    """A path-scope function claiming the canonical target of the call's `path` argument.
+
+    Anything that cannot be resolved inside the workspace yields None: the scheduler makes
+    the call a barrier, and the handler then reports the error to the model.
+    """
+
+    def scope(args: dict[str, Any], ctx: ToolContext) -> list[PathClaim] | None:
+        raw = args.get("path", default)
+        if raw is None:
+            return None
+        try:
+            return [PathClaim(resolve_in_workspace(ctx.workspace, raw), access)]
+        except ToolError:
+            return None
+
+    return scope
+
+
+def int_arg(args: dict[str, Any], name: str, default: int, minimum: int) -> int:
     value = args.get(name, default)
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)  # models often send numbers as strings
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ToolError(f"{name} must be an integer >= {minimum}")
     return value
+
+
+def iter_lines(fh: IO[bytes], *, cap: int = LINE_BYTES_CAP) -> Iterator[tuple[str, bool]]:
+    """Yield (text, was_cut) per line, splitting on b"\\n" only, like grep and sed.
+
+    Splitting bytes on newline (never inside a UTF-8 sequence) keeps line numbers the same
+    as the terminal's tools, which str.splitlines() would not (it also splits on \\v, \\f,
+    U+2028, ...). A line longer than `cap` is cut and the rest skipped, not held in memory.
+    """
+    while True:
+        chunk = fh.readline(cap)
+        if not chunk:
+            return
+        cut = False
+        if not chunk.endswith(b"\n") and len(chunk) >= cap:
+            cut = True
+            while True:
+                rest = fh.readline(cap)
+                if not rest or rest.endswith(b"\n"):
+                    break
+        text = chunk.decode("utf-8", errors="replace").rstrip("\n")
+        yield text.removesuffix("\r"), cut
 
 
 def _list(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -50,43 +129,90 @@ def _list(args: dict[str, Any], ctx: ToolContext) -> str:
     entries = sorted(target.iterdir(), key=lambda p: p.name)
     lines = []
     for entry in entries[:MAX_LIST_ENTRIES]:
-        if entry.is_dir():
+        # Never follow a link here: a dangling one would fail the whole listing, and one
+        # pointing outside would leak facts (its size) about files beyond the workspace.
+        if entry.is_symlink():
+            lines.append(f"{entry.name}@\t(symbolic link)")
+        elif entry.is_dir():
             lines.append(f"{entry.name}/")
         else:
-            lines.append(f"{entry.name}\t{entry.stat().st_size} bytes")
+            lines.append(f"{entry.name}\t{entry.lstat().st_size} bytes")
     if len(entries) > MAX_LIST_ENTRIES:
         lines.append(f"... {len(entries) - MAX_LIST_ENTRIES} more entries not shown")
     return "\n".join(lines) if lines else "(empty directory)"
 
 
 def _read(args: dict[str, Any], ctx: ToolContext) -> str:
-    if "path" not in args:
+    raw = args.get("path")
+    if raw is None:
         raise ToolError("read_file needs a path")
-    target = resolve_in_workspace(ctx.workspace, args["path"])
+    target = resolve_in_workspace(ctx.workspace, raw)
+    if target.is_dir():
+        raise ToolError(f"{raw} is a directory; use list_files")
     if not target.is_file():
-        raise ToolError(f"no such file: {args['path']}")
-    offset = _int_arg(args, "offset", 1, 1)
-    limit = _int_arg(args, "limit", DEFAULT_READ_LINES, 1)
-    data = target.read_bytes()
-    if b"\x00" in data[:8192]:
-        return f"{args['path']} is a binary file ({len(data)} bytes); not shown"
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    chosen = lines[offset - 1 : offset - 1 + limit]
-    body = "\n".join(f"{n:>6}\t{line}" for n, line in enumerate(chosen, start=offset))
-    if len(body) > MAX_READ_CHARS:
-        body = body[:MAX_READ_CHARS] + "\n... (truncated; read a smaller range with offset/limit)"
-    end = offset - 1 + len(chosen)
-    if end < len(lines):
-        body += f"\n... lines {offset}-{end} of {len(lines)}; continue with offset={end + 1}"
-    return body or "(empty file)"
+        raise ToolError(f"no such file: {raw}")
+    offset = int_arg(args, "offset", 1, 1)
+    limit = int_arg(args, "limit", DEFAULT_READ_LINES, 1)
+    shown: list[str] = []
+    size = used = total = 0
+    last_shown = offset - 1
+    full = False  # the character budget is spent; later lines are only counted
+    with target.open("rb") as fh:
+        head = fh.read(BINARY_SNIFF_BYTES)
+        size = target.stat().st_size
+        if b"\x00" in head:
+            return f"{raw} is a binary file ({size} bytes); not shown"
+        fh.seek(0)
+        # Streamed, not read whole: the total line count is worth a scan, not a 1 GB string.
+        for n, (line, cut) in enumerate(iter_lines(fh), start=1):
+            total = n
+            if full or n < offset or n >= offset + limit:
+                continue
+            rendered = f"{n:>6}\t{line}" + (" ... (line cut)" if cut else "")
+            if used + len(rendered) + 1 > MAX_READ_CHARS:
+                full = True
+                if not shown:  # one enormous line: show what fits rather than nothing
+                    shown.append(
+                        rendered[:MAX_READ_CHARS] + f" ... (line cut at {MAX_READ_CHARS} chars)"
+                    )
+                    last_shown = n
+                continue
+            shown.append(rendered)
+            used += len(rendered) + 1
+            last_shown = n
+    if total == 0:
+        return "(empty file)"
+    if offset > total:
+        raise ToolError(f"offset {offset} is past the end of {raw} ({total} lines)")
+    body = "\n".join(shown)
+    if full and last_shown < min(total, offset + limit - 1):
+        body += "\n... (truncated; read a smaller range with offset/limit)"
+    if last_shown < total:
+        body += (
+            f"\n... lines {offset}-{last_shown} of {total}; continue with offset={last_shown + 1}"
+        )
+    return body
 
 
-async def list_files(args: dict[str, Any], ctx: ToolContext) -> str:
-    return await asyncio.to_thread(_list, args, ctx)
+def threaded_handler(fn: Callable[[dict[str, Any], ToolContext], str]) -> ToolHandler:
+    """Run `fn` in a worker thread; an OSError (permissions, disk full) is the model's to read.
+
+    Without this, EACCES on a read-only file would surface as an opaque internal error,
+    though the model could act on it (pick another path, tell the user).
+    """
+
+    async def handler(args: dict[str, Any], ctx: ToolContext) -> str:
+        try:
+            return await asyncio.to_thread(fn, args, ctx)
+        except OSError as exc:
+            # strerror only: the filename is an absolute host path the model need not see.
+            raise ToolError(f"{args.get('path', '.')}: {exc.strerror or 'I/O error'}") from None
+
+    return handler
 
 
-async def read_file(args: dict[str, Any], ctx: ToolContext) -> str:
-    return await asyncio.to_thread(_read, args, ctx)
+list_files = threaded_handler(_list)
+read_file = threaded_handler(_read)
 
 
 LIST_FILES = Tool(
@@ -100,6 +226,8 @@ LIST_FILES = Tool(
         "additionalProperties": False,
     },
     handler=list_files,
+    read_only=True,
+    path_scope=path_scope("read", default="."),
 )
 
 READ_FILE = Tool(
@@ -119,8 +247,17 @@ READ_FILE = Tool(
         "additionalProperties": False,
     },
     handler=read_file,
+    read_only=True,
+    path_scope=path_scope("read"),
+    # The spill preview tells the model to page the spilled file back with read_file, so
+    # read_file's own output must never be spilled (that would recurse); it caps itself.
+    spill_exempt=True,
 )
 
 
 def workspace_tools() -> list[Tool]:
-    return [LIST_FILES, READ_FILE]
+    """Every built-in file tool; app/main.py registers this list."""
+    # Imported here because files.py builds on this module's helpers (a cycle otherwise).
+    from app.tools.files import file_tools
+
+    return file_tools()
