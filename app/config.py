@@ -86,6 +86,10 @@ class Profile(BaseModel):
     cache_markers: bool = False
     """OpenAI-wire routes that accept `cache_control` markers (envelope routes)."""
     cache_ttl: Literal["5m", "1h"] = "5m"
+    cache_ttl_supported: Literal["5m", "1h"] = "1h"
+    """The longest TTL the route honours; a 1 h request is clamped to it."""
+    cache_strategy: Literal["planner", "naive", "none"] = "planner"
+    """Breakpoint placement: the planner, or baselines kept for benchmarks."""
     instructions: str = ""
     """Profile instructions, part of the context tier of the system prompt."""
     workspace: Path | None = None
@@ -154,6 +158,7 @@ class Settings(BaseSettings):
     terminal_backend: Literal["sandbox", "local"] = "sandbox"
     """Default profile: `local` runs tool commands on the host and forbids an exposed bind."""
     tool_network: bool = False
+    cache_strategy: Literal["planner", "naive", "none"] = "planner"
     upstream_retry_attempts: int = Field(default=3, ge=1, le=10)
     upstream_retry_base_delay_s: float = Field(default=2.0, ge=0)
 
@@ -223,6 +228,7 @@ class Settings(BaseSettings):
             retry_base_delay_s=self.upstream_retry_base_delay_s,
             terminal_backend=self.terminal_backend,
             network=self.tool_network,
+            cache_strategy=self.cache_strategy,
         )
 
     def all_profiles(self) -> tuple[Profile, ...]:

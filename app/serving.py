@@ -13,10 +13,17 @@ from decimal import Decimal
 from pathlib import Path
 
 from app.agent.budget import Cap, SpendGuard
+from app.agent.cache_planner import StablePrefixRegistry
 from app.agent.loop import TurnContext
 from app.agent.projection import INTERRUPTED_RESULT
-from app.agent.prompt import build_prompt
+from app.agent.prompt import build_prompt, recover_stable_boundary, stable_tier
 from app.agent.repair import close_unanswered_calls
+from app.agent.tool_snapshot import (
+    rebuild_tool_snapshot,
+    snapshot_names,
+    snapshot_tools,
+    specs_from_snapshot,
+)
 from app.agent.turns import SessionBusy, TurnHandle, TurnManager
 from app.config import Profile, Settings
 from app.db.models import SessionRow
@@ -28,6 +35,7 @@ from app.providers.base import Provider, SamplingParams
 from app.providers.pricing import PriceOverride, price_usage
 from app.providers.usage import Usage
 from app.security.auth import Principal
+from app.tools.memory import memory_snapshot
 from app.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -120,6 +128,7 @@ class ChatServing:
         metrics: Metrics,
     ) -> None:
         self.metrics = metrics
+        self.prefixes = StablePrefixRegistry()
         self.settings = settings
         self.store = store
         self.turns = turns
@@ -181,18 +190,22 @@ class ChatServing:
     ) -> tuple[str, str]:
         session_id = new_session_id()
         instructions = [m.text() for m in request.messages if m.role in ("system", "developer")]
+        snapshot = snapshot_tools(self.tools, profile.toolsets)
         prompt = build_prompt(
             profile=profile,
             client_instructions=instructions,
             session_id=session_id,
             started_at=time.time(),
-            tool_names=self.tools.names(),
+            tool_names=snapshot_names(snapshot),
+            workspace=self.workspace_for(profile, session_id),
+            memory=self.memory_snapshot(principal.owner, profile),
         )
         self.store.create_session(
             session_id=session_id,
             owner=principal.owner,
             profile=profile.name,
             system_prompt=prompt.render(),
+            tool_snapshot=snapshot,
         )
         lease = self.turns.new_lease(session_id)
         self.store.append_messages(
@@ -244,6 +257,17 @@ class ChatServing:
     ) -> TurnContext:
         session = self.store.get_session(session_id=session_id)
         assert session is not None
+        snapshot = session.tool_snapshot
+        if missing := [n for n in snapshot_names(snapshot) if self.tools.get(n) is None]:
+            snapshot = rebuild_tool_snapshot(
+                self.store,
+                session_id=session_id,
+                lease=lease,
+                registry=self.tools,
+                toolsets=profile.toolsets,
+                why=f"tools no longer registered: {', '.join(missing)}",
+            )
+        stable = stable_tier(profile, snapshot_names(snapshot))
         return TurnContext(
             store=self.store,
             provider=self.providers[profile.name],
@@ -265,7 +289,16 @@ class ChatServing:
             spend=spend,
             price_override=price_override(profile),
             metrics=self.metrics,
+            tool_specs=specs_from_snapshot(snapshot),
+            stable_len=recover_stable_boundary(session.system_prompt, stable),
+            prefixes=self.prefixes,
         )
+
+    def memory_snapshot(self, owner: str, profile: Profile) -> str:
+        """The principal's notes, frozen into the new session's volatile tier."""
+        if "memory" not in profile.toolsets:
+            return ""
+        return memory_snapshot(self.store, owner=owner)
 
     def workspace_for(self, profile: Profile, session_id: str) -> Path:
         path = profile.workspace or self.settings.data_dir / "workspaces" / session_id

@@ -13,6 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.agent.accumulate import Reply, accumulate
 from app.agent.budget import SpendGuard
+from app.agent.cache_planner import StablePrefixRegistry, apply_strategy, effective_ttl
 from app.agent.events import (
     ExitReason,
     ToolFinished,
@@ -33,8 +34,9 @@ from app.providers.base import (
     Provider,
     ProviderError,
     SamplingParams,
-    SystemBlock,
     ToolCall,
+    ToolSpec,
+    UserMessage,
 )
 from app.providers.pricing import Cost, PriceOverride, price_usage
 from app.providers.retry import stream_with_retry
@@ -66,6 +68,11 @@ class TurnContext:
     emit: Callable[[TurnEvent], None]
     spend: SpendGuard
     metrics: Metrics
+    tool_specs: tuple[ToolSpec, ...] = ()
+    """The session's frozen tool snapshot: the schemas sent on every request."""
+    stable_len: int | None = None
+    """Proven end of the stable tier in `system_prompt`, or None (no marker there)."""
+    prefixes: StablePrefixRegistry | None = None
     price_override: PriceOverride | None = None
 
 
@@ -132,6 +139,7 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
 async def call_model(ctx: TurnContext, state: TurnState, *, final: bool) -> Reply:
     """One upstream call: build the request, stream it, record usage and cost."""
     request = build_request(ctx, final=final)
+    cache_break = pending_cache_break(ctx)
     started = time.monotonic()
     first_byte: float | None = None
     state.in_flight = Reply()
@@ -154,24 +162,38 @@ async def call_model(ctx: TurnContext, state: TurnState, *, final: bool) -> Repl
             elif event.kind == "reasoning":
                 ctx.emit(TurnReasoning(event.text))
     except ProviderError as exc:
-        record_call(ctx, state, Usage(), started, first_byte, outcome=exc.kind)
+        record_call(ctx, state, Usage(), started, first_byte, exc.kind, cache_break)
         raise
     reply = state.in_flight
-    record_call(ctx, state, reply.usage or Usage(), started, first_byte, outcome="ok")
+    record_call(ctx, state, reply.usage or Usage(), started, first_byte, "ok", cache_break)
     return reply
 
 
+def pending_cache_break(ctx: TurnContext) -> str | None:
+    """Why this request deliberately breaks the cached prefix (recorded in the ledger)."""
+    session = ctx.store.get_session(session_id=ctx.session_id)
+    return session.pending_cache_break if session else None
+
+
 def build_request(ctx: TurnContext, *, final: bool) -> ModelRequest:
-    system = [SystemBlock(ctx.system_prompt, cache=True)]
+    messages = project(ctx.store.active_messages(session_id=ctx.session_id))
     if final:
-        system.append(SystemBlock(FINAL_ANSWER_NOTE))
+        # Appended after the cached prefix, so the last call costs no cache break.
+        messages = (*messages, UserMessage(FINAL_ANSWER_NOTE))
+    plan = apply_strategy(
+        ctx.profile.cache_strategy,
+        system_prompt=ctx.system_prompt,
+        stable_len=ctx.stable_len,
+        messages=messages,
+        prefixes=ctx.prefixes,
+    )
     return ModelRequest(
         model=ctx.profile.model,
-        system=tuple(system),
-        messages=project(ctx.store.active_messages(session_id=ctx.session_id)),
-        tools=ctx.tools.specs(),
+        system=plan.system,
+        messages=plan.messages,
+        tools=ctx.tool_specs,
         sampling=ctx.sampling,
-        cache_ttl=ctx.profile.cache_ttl,
+        cache_ttl=effective_ttl(ctx.profile.cache_ttl, ctx.profile.cache_ttl_supported),
         prompt_cache_key=ctx.session_id,
         tool_choice="none" if final else "auto",
     )
@@ -183,8 +205,8 @@ def record_call(
     usage: Usage,
     started: float,
     first_byte: float | None,
-    *,
     outcome: str,
+    cache_break: str | None,
 ) -> None:
     cost = price_usage(
         usage, model=ctx.profile.model, provider=ctx.profile.provider, override=ctx.price_override
@@ -222,6 +244,7 @@ def record_call(
             latency_ms=latency_s * 1000,
             ttft_ms=ttft_s * 1000 if ttft_s is not None else None,
             outcome=outcome,
+            cache_break=cache_break,
         ),
     )
 

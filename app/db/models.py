@@ -20,6 +20,10 @@ class SessionRow(SQLModel, table=True):
     profile: str
     system_prompt: str
     """Built once when the session starts and reused verbatim, so its bytes never drift."""
+    tool_snapshot: str = "[]"
+    """The session's tool schemas, serialised once with a stable key order."""
+    pending_cache_break: str | None = None
+    """Why the next upstream request deliberately breaks the cached prefix, if it does."""
     started_at: float = Field(default_factory=_now)
     updated_at: float = Field(default_factory=_now)
     lease: str | None = None
@@ -92,4 +96,6 @@ class ApiCallRow(SQLModel, table=True):
     ttft_ms: float | None = None
     outcome: str = "ok"
     """ok | error kind from the provider error taxonomy."""
+    cache_break: str | None = None
+    """Set when this request deliberately broke the cached prefix (compaction, tools)."""
     created_at: float = Field(default_factory=_now, index=True)

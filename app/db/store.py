@@ -72,6 +72,7 @@ class ApiCallRecord:
     latency_ms: float
     ttft_ms: float | None
     outcome: str
+    cache_break: str | None = None
 
 
 def _stored(row: MessageRow) -> StoredMessage:
@@ -123,12 +124,36 @@ class Store:
     # ------------------------------------------------------------------ sessions
 
     def create_session(
-        self, *, session_id: str, owner: str, profile: str, system_prompt: str
+        self,
+        *,
+        session_id: str,
+        owner: str,
+        profile: str,
+        system_prompt: str,
+        tool_snapshot: str = "[]",
     ) -> SessionRow:
-        row = SessionRow(id=session_id, owner=owner, profile=profile, system_prompt=system_prompt)
+        row = SessionRow(
+            id=session_id,
+            owner=owner,
+            profile=profile,
+            system_prompt=system_prompt,
+            tool_snapshot=tool_snapshot,
+        )
         with self._tx() as db:
             db.add(row)
         return row
+
+    def set_tool_snapshot(self, *, session_id: str, lease: str, snapshot: str, reason: str) -> None:
+        """Replace the tool snapshot and mark the next request as a deliberate cache break."""
+        with self._tx() as db:
+            self._fenced(db, session_id=session_id, lease=lease)
+            db.connection().execute(
+                text(
+                    "UPDATE session SET tool_snapshot = :snap, pending_cache_break = :reason "
+                    "WHERE id = :sid"
+                ),
+                {"snap": snapshot, "reason": reason, "sid": session_id},
+            )
 
     def get_session(self, *, session_id: str) -> SessionRow | None:
         with Session(self.engine, expire_on_commit=False) as db:
@@ -294,12 +319,15 @@ class Store:
             latency_ms=call.latency_ms,
             ttft_ms=call.ttft_ms,
             outcome=call.outcome,
+            cache_break=call.cache_break,
         )
         with self._tx() as db:
             db.add(row)
             session = db.get(SessionRow, session_id)
             if session is None:
                 return
+            if call.cache_break is not None and session.pending_cache_break == call.cache_break:
+                session.pending_cache_break = None
             session.input_tokens += call.input_tokens
             session.output_tokens += call.output_tokens
             session.cache_read_tokens += call.cache_read_tokens

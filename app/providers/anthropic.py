@@ -57,9 +57,14 @@ def _tool_input(arguments: str) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
-def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
+def _blocks(message: Message, ttl: str) -> tuple[str, list[dict[str, Any]]]:
     """(role, content blocks) of one message; never an empty text block (the API 400s)."""
     match message:
+        case UserMessage(content=text, prefix_cache_at=cut) if cut and 0 < cut < len(text):
+            # A registered scaffold: its prefix is cached, the volatile tail is not.
+            head: dict[str, Any] = {"type": "text", "text": text[:cut]}
+            head["cache_control"] = _cache_control(ttl)
+            return "user", [head, {"type": "text", "text": text[cut:]}]
         case UserMessage(content=text):
             return "user", [{"type": "text", "text": text}] if text else []
         case ToolResultMessage(tool_call_id=call_id, content=text, is_error=is_error):
@@ -95,7 +100,7 @@ def build_messages_body(request: ModelRequest, *, default_max_tokens: int = 8192
 
     turns: list[dict[str, Any]] = []
     for message in request.messages:
-        role, blocks = _blocks(message)
+        role, blocks = _blocks(message, ttl)
         if blocks:
             # Anthropic requires strict user/assistant alternation and wants every result of
             # one assistant turn in the single user turn after it; tool results are user

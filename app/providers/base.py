@@ -35,6 +35,8 @@ class UserMessage:
     content: str
     kind: Literal["user"] = "user"
     cache: bool = False
+    prefix_cache_at: int | None = None
+    """Split the text here into a cached prefix block and an uncached tail block."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,13 @@ def _content(text: str, *, cache: bool, cache_markers: bool, ttl: str) -> str | 
 
 def _message(message: Message, *, cache_markers: bool, ttl: str) -> dict[str, Any]:
     match message:
+        case UserMessage(content=text, cache=cache, prefix_cache_at=cut) if (
+            cache_markers and cut and 0 < cut < len(text)
+        ):
+            # A registered scaffold: its prefix is cached, the volatile tail is not.
+            parts = _text_parts(text[:cut], cache=True, ttl=ttl)
+            parts += _text_parts(text[cut:], cache=cache, ttl=ttl)
+            return {"role": "user", "content": parts}
         case UserMessage(content=text, cache=cache):
             content = _content(text, cache=cache, cache_markers=cache_markers, ttl=ttl)
             return {"role": "user", "content": content}

@@ -23,9 +23,14 @@ router = APIRouter()
 
 def parse_request(body: bytes) -> ChatCompletionRequest:
     try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(body.decode("utf-8"))
+        # A lone surrogate ("\ud800") parses but cannot be stored or sent upstream: refuse
+        # it here rather than fail half-way through creating the session.
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except (json.JSONDecodeError, UnicodeError) as exc:
         raise ApiError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        raise ApiError(400, "request body is nested too deeply", code="invalid_json") from None
     if not isinstance(data, dict):
         raise ApiError(400, "request body must be a JSON object", code="invalid_json")
     try:

@@ -51,9 +51,12 @@ class Authenticator:
         if not authorization:
             return None
         scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        # Only ASCII blanks are trimmed: str.strip() would also eat a non-breaking space,
+        # letting a credential that is not the key compare equal.
+        token = token.strip(" \t")
+        if scheme.lower() != "bearer" or not token:
             return None
-        presented = token.strip().encode()
+        presented = token.encode()
         found: Principal | None = None
         # Compare against every key so timing does not reveal which one matched.
         for key, principal in self._keys:

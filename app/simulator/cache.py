@@ -75,6 +75,10 @@ class PromptUsage:
         return self.total - self.cache_read - self.cache_write
 
 
+LOOKBACK_BLOCKS = 20
+"""How many block boundaries before a breakpoint Anthropic checks for an earlier hit."""
+
+
 def _cumulative(segments: Sequence[Segment]) -> list[int]:
     sums: list[int] = []
     running = 0
@@ -103,11 +107,15 @@ def anthropic_usage(
     if not eligible:
         return PromptUsage(total)
     digests = segment_digests(namespace, segments)
+    # Like the real API, each breakpoint also looks back over the ~20 block boundaries
+    # before it for an earlier entry, so a prefix cached by the previous request at a
+    # boundary this request does not mark is still read.
     read = max(
         (
-            ends[bp.segment_index]
+            ends[index]
             for bp in eligible
-            if cache.contains(digests[bp.segment_index], now)
+            for index in range(bp.segment_index, max(bp.segment_index - LOOKBACK_BLOCKS, -1), -1)
+            if cache.contains(digests[index], now)
         ),
         default=0,
     )

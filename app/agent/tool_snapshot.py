@@ -1,0 +1,64 @@
+"""A session's tool schemas: computed once, serialised deterministically, rebuilt by name.
+
+Schemas ride at the very front of every request, so a byte of drift (a dict ordered
+differently, a tool that flickered unavailable) re-prices the whole prompt. The snapshot
+is frozen per session; `rebuild_tool_snapshot` is the only way to refresh it, and it
+records the refresh as a deliberate cache break.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+
+from app.db.store import Store
+from app.providers.base import ToolSpec
+from app.tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+TOOL_REBUILD = "tool_snapshot_rebuild"
+
+
+def serialise_specs(specs: Iterable[ToolSpec]) -> str:
+    payload = [
+        {"name": s.name, "description": s.description, "parameters": s.parameters}
+        for s in sorted(specs, key=lambda spec: spec.name)
+    ]
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def snapshot_tools(registry: ToolRegistry, toolsets: Iterable[str]) -> str:
+    return serialise_specs(registry.specs(toolsets))
+
+
+def specs_from_snapshot(snapshot: str) -> tuple[ToolSpec, ...]:
+    return tuple(
+        ToolSpec(name=t["name"], description=t["description"], parameters=t["parameters"])
+        for t in json.loads(snapshot)
+    )
+
+
+def snapshot_names(snapshot: str) -> list[str]:
+    return [spec.name for spec in specs_from_snapshot(snapshot)]
+
+
+def rebuild_tool_snapshot(
+    store: Store,
+    *,
+    session_id: str,
+    lease: str,
+    registry: ToolRegistry,
+    toolsets: Iterable[str],
+    why: str,
+) -> str:
+    """Refresh a session's schemas: an explicit, logged cache break."""
+    snapshot = snapshot_tools(registry, toolsets)
+    log.warning(
+        "session %s: rebuilding its tool snapshot (%s); the prompt cache breaks", session_id, why
+    )
+    store.set_tool_snapshot(
+        session_id=session_id, lease=lease, snapshot=snapshot, reason=TOOL_REBUILD
+    )
+    return snapshot
