@@ -30,6 +30,8 @@ from app.serving import ChatServing
 from app.state import AppState
 from app.tools.plugins import load_plugin_tools
 from app.tools.registry import ToolRegistry
+from app.tools.todo import state_tools
+from app.tools.web import web_tools
 from app.tools.workspace import workspace_tools
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics = Metrics()
     turns = TurnManager(store, metrics)
     providers = build_providers(settings)
-    tools = ToolRegistry([*workspace_tools(), *load_plugin_tools(settings.tool_plugin_specs())])
+    tools = ToolRegistry(
+        [
+            *workspace_tools(),
+            *state_tools(),
+            *web_tools(),
+            *load_plugin_tools(settings.tool_plugin_specs()),
+        ]
+    )
     app.state.courier = AppState(
         settings=settings,
         store=store,

@@ -99,10 +99,12 @@ def test_an_exempt_result_is_not_spilled_by_the_per_result_cap(tmp_path: Path) -
     assert out == SpillOutput(content)
 
 
-def test_the_per_turn_budget_also_covers_exempt_results(tmp_path: Path) -> None:
+def test_the_per_turn_sweep_skips_exempt_results(tmp_path: Path) -> None:
+    # Spilling the file reader's output would send the model back to the file reader.
     reads = [SpillInput(f"r{i}", "read_file", _lines(90_000), exempt=True) for i in range(3)]
-    outs = _spill(tmp_path, *reads)
-    assert [o.spilled_path is not None for o in outs] == [True, False, False]
+    other = SpillInput("t", "terminal", _lines(50_000))
+    outs = _spill(tmp_path, *reads, other)
+    assert [o.spilled_path is not None for o in outs] == [False, False, False, True]
 
 
 def test_per_turn_budget_spills_the_largest_first(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ class ToolFinished:
     call_id: str
     name: str
     is_error: bool
+    duration_ms: float = 0.0
     kind: Literal["tool_finished"] = "tool_finished"
 
 

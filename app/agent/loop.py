@@ -16,8 +16,6 @@ from app.agent.budget import SpendGuard
 from app.agent.cache_planner import StablePrefixRegistry, apply_strategy, effective_ttl
 from app.agent.events import (
     ExitReason,
-    ToolFinished,
-    ToolStarted,
     TurnError,
     TurnEvent,
     TurnFinished,
@@ -26,6 +24,7 @@ from app.agent.events import (
 )
 from app.agent.projection import project
 from app.agent.repair import close_unanswered_calls
+from app.agent.tool_step import BatchRunner, repair_calls
 from app.config import Profile
 from app.db.store import ApiCallRecord, LeaseLost, NewMessage, Store
 from app.metrics import Metrics
@@ -75,6 +74,20 @@ class TurnContext:
     prefixes: StablePrefixRegistry | None = None
     price_override: PriceOverride | None = None
 
+    @property
+    def tool_context(self) -> ToolContext:
+        p = self.profile
+        return ToolContext(
+            session_id=self.session_id,
+            workspace=self.workspace,
+            owner=self.owner,
+            store=self.store,
+            network=p.network,
+            terminal_backend=p.terminal_backend,
+            terminal_timeout_s=p.terminal_timeout_s,
+            fetch_allow_hosts=p.fetch_allow_hosts,
+        )
+
 
 @dataclass
 class TurnState:
@@ -84,6 +97,21 @@ class TurnState:
     cost: Cost = field(default_factory=Cost.zero)
     emitted_text: bool = False
     in_flight: Reply = field(default_factory=Reply)
+    runner: BatchRunner | None = None
+
+    def tools(self, ctx: TurnContext) -> BatchRunner:
+        """The turn's tool runner; one per turn so the spill budget spans its batches."""
+        if self.runner is None:
+            self.runner = BatchRunner(
+                store=ctx.store,
+                registry=ctx.tools,
+                tool_ctx=ctx.tool_context,
+                lease=ctx.lease,
+                turn_id=ctx.turn_id,
+                context_window=ctx.profile.context_window,
+                emit=ctx.emit,
+            )
+        return self.runner
 
     def finished(
         self,
@@ -114,12 +142,13 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
                 return state.finished("spend_limit", error=refusal)
             reply = await call_model(ctx, state, final=final)
             calls = () if final else reply.tool_calls(f"call_{ctx.turn_id}_{state.iterations}")
+            calls = repair_calls(calls, ctx.tools, truncated=reply.finish == "length")
             persist_reply(ctx, reply, calls)  # persist before act
             if final:
                 return state.finished("budget_exhausted", reply.finish)
             if not calls:
                 return state.finished("completed", reply.finish)
-            await run_tools(ctx, calls)
+            await state.tools(ctx).run(calls)
     except ProviderError as exc:
         log.warning("turn %s: upstream %s: %s", ctx.turn_id, exc.kind, exc.message)
         return state.finished("upstream_error", error=upstream_turn_error(exc))
@@ -265,29 +294,6 @@ def persist_reply(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, ...]) -
             )
         ],
     )
-
-
-async def run_tools(ctx: TurnContext, calls: tuple[ToolCall, ...]) -> None:
-    """Run calls in emission order, committing each result as it arrives."""
-    tool_ctx = ToolContext(session_id=ctx.session_id, workspace=ctx.workspace)
-    for call in calls:
-        ctx.emit(ToolStarted(call.id, call.name))
-        outcome = await ctx.tools.run(call, tool_ctx)
-        ctx.store.append_messages(
-            session_id=ctx.session_id,
-            lease=ctx.lease,
-            turn_id=ctx.turn_id,
-            messages=[
-                NewMessage(
-                    role="tool",
-                    content=outcome.content,
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    is_error=outcome.is_error,
-                )
-            ],
-        )
-        ctx.emit(ToolFinished(call.id, call.name, outcome.is_error))
 
 
 def keep_partial_reply(ctx: TurnContext, state: TurnState) -> None:

@@ -235,6 +235,17 @@ class Store:
             ids = [r.id for r in rows]
         return [i for i in ids if i is not None]
 
+    def set_api_content(
+        self, *, session_id: str, lease: str, message_id: int, api_content: str
+    ) -> None:
+        """Give a row a model-facing text different from its display text."""
+        with self._tx() as db:
+            self._fenced(db, session_id=session_id, lease=lease)
+            db.connection().execute(
+                text("UPDATE message SET api_content = :api WHERE id = :mid AND session_id = :sid"),
+                {"api": api_content, "mid": message_id, "sid": session_id},
+            )
+
     def active_messages(self, *, session_id: str) -> list[StoredMessage]:
         with Session(self.engine) as db:
             rows = db.exec(

@@ -7,7 +7,7 @@ import secrets
 import time
 from typing import Any
 
-from app.agent.events import TurnError, TurnFinished
+from app.agent.events import ToolFinished, ToolStarted, TurnError, TurnFinished
 from app.protocol.openai import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -50,6 +50,20 @@ def usage_out(finished: TurnFinished) -> UsageOut:
             ),
         ),
     )
+
+
+def tool_event_payload(event: ToolStarted | ToolFinished) -> str:
+    """Name, call id, duration and outcome; never the arguments, which may hold secrets."""
+    body: dict[str, Any] = {"call_id": event.call_id, "name": event.name}
+    if isinstance(event, ToolStarted):
+        body["type"] = "tool.started"
+    else:
+        body |= {
+            "type": "tool.finished",
+            "ok": not event.is_error,
+            "duration_ms": round(event.duration_ms, 1),
+        }
+    return json.dumps(body, separators=(",", ":"))
 
 
 def error_payload(error: TurnError) -> dict[str, Any]:

@@ -11,11 +11,11 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.agent.events import TurnFinished, TurnText
+from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
 from app.agent.turns import TurnHandle
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.openai import ChatCompletionRequest
-from app.protocol.render import CompletionRenderer, error_payload
+from app.protocol.render import CompletionRenderer, error_payload, tool_event_payload
 from app.routes.deps import PrincipalDep, StateDep, read_limited_body
 
 router = APIRouter()
@@ -50,8 +50,9 @@ async def chat_completions(request: Request, state: StateDep, principal: Princip
         chat.model, include_usage=bool(chat.stream_options and chat.stream_options.include_usage)
     )
     if chat.stream:
+        opted_in = "tools" in request.headers.get("x-courier-events", "").lower().split(",")
         return EventSourceResponse(
-            sse_frames(started.handle, renderer, state.settings.keepalive_s),
+            sse_frames(started.handle, renderer, state.settings.keepalive_s, tool_events=opted_in),
             headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             ping=0,
             sep="\n",
@@ -88,9 +89,14 @@ async def json_completion(
 
 
 async def sse_frames(
-    handle: TurnHandle, renderer: CompletionRenderer, keepalive_s: float
+    handle: TurnHandle,
+    renderer: CompletionRenderer,
+    keepalive_s: float,
+    *,
+    tool_events: bool = False,
 ) -> AsyncIterator[ServerSentEvent]:
-    """Standard chunks only; a comment line whenever `keepalive_s` pass without a byte."""
+    """Standard chunks, a comment line whenever `keepalive_s` pass without a byte, and
+    named `courier.tool` frames only for a client that asked (plain SDKs would choke)."""
     yield ServerSentEvent(data=renderer.role_chunk())
     queue = handle.subscribe()
     finished = False
@@ -103,6 +109,8 @@ async def sse_frames(
                 continue
             if isinstance(event, TurnText):
                 yield ServerSentEvent(data=renderer.text_chunk(event.text))
+            elif tool_events and isinstance(event, ToolStarted | ToolFinished):
+                yield ServerSentEvent(event="courier.tool", data=tool_event_payload(event))
             elif isinstance(event, TurnFinished):
                 finished = True
                 if event.error is not None:

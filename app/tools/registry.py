@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from app.db.store import Store
 from app.providers.base import ToolCall, ToolSpec
+from app.tools.repair import coerce_arguments, resolve_tool_name
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +172,10 @@ class ToolRegistry:
     async def run(self, call: ToolCall, ctx: ToolContext) -> ToolOutcome:
         tool = self._tools.get(call.name)
         if tool is None:
-            # An empty or invented name gets the same treatment: the model reads the list.
-            known = ", ".join(self.names())
-            return ToolOutcome(f"error: unknown tool {call.name!r}; available: {known}", True)
+            # An empty name gets a short rejection; listing the catalog there invites the
+            # model to guess again. An invented one gets the catalog to choose from.
+            message = resolve_tool_name(call.name, self.names()).message
+            return ToolOutcome(message or f"error: unknown tool {call.name!r}", True)
         args = parse_arguments(call.arguments)
         if isinstance(args, str):
             return ToolOutcome(f"error: {call.name}: {args}", True)
@@ -181,7 +183,7 @@ class ToolRegistry:
 
     async def invoke(self, tool: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         try:
-            return ToolOutcome(await tool.handler(args, ctx))
+            return ToolOutcome(await tool.handler(coerce_arguments(args, tool.parameters), ctx))
         except ToolError as exc:
             return ToolOutcome(f"error: {exc}", True)
         except Exception:

@@ -51,7 +51,7 @@ class SpillInput:
     tool_name: str
     content: str
     exempt: bool = False
-    """The tool's `spill_exempt`: skip the per-result cap (the per-turn sweep still applies)."""
+    """The tool's `spill_exempt`: never spilled, by the per-result cap or the turn sweep."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,8 +239,10 @@ def spill(
 
     total = already_used + sum(len(out.model_content) for out in outputs)
     # Largest first, ties by emission order, so the sweep is deterministic.
+    # Exempt results stay out of the sweep too: spilling the file reader's output would
+    # send the model back to the file reader, a recovery path that never ends.
     remaining = sorted(
-        (i for i in range(len(results)) if i not in relocated),
+        (i for i in range(len(results)) if i not in relocated and not results[i].exempt),
         key=lambda i: (-len(results[i].content), i),
     )
     for index in remaining:

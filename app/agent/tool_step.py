@@ -1,0 +1,126 @@
+"""One batch of tool calls: repair them, run them through the scheduler, persist each
+result as it arrives, and relocate oversized output behind a preview."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from app.agent.events import ToolFinished, ToolStarted, TurnEvent
+from app.db.store import NewMessage, Store
+from app.providers.base import ToolCall
+from app.tools.dispatch import dispatch
+from app.tools.registry import ToolContext, ToolOutcome, ToolRegistry
+from app.tools.repair import repair_json_arguments, resolve_tool_name
+from app.tools.spill import SpillInput, budgets, spill
+
+
+def repair_calls(
+    calls: Sequence[ToolCall], registry: ToolRegistry, *, truncated: bool
+) -> tuple[ToolCall, ...]:
+    """Repair near-miss names and safely fixable JSON before the calls are persisted, so
+    the stored transcript replays valid on every wire. Unfixable calls stay as they are
+    and the scheduler answers them with an error result the model reads."""
+    known = registry.names()
+    repaired: list[ToolCall] = []
+    for call in calls:
+        name = resolve_tool_name(call.name, known).name or call.name
+        args = repair_json_arguments(call.arguments, truncated=truncated)
+        arguments = call.arguments
+        if isinstance(args, dict):
+            canonical = json.dumps(args, ensure_ascii=False)
+            # Keep the model's own bytes when they already parse: rewriting valid JSON
+            # would change what the cache has seen for no gain.
+            arguments = call.arguments if _parses(call.arguments) else canonical
+        repaired.append(ToolCall(id=call.id, name=name, arguments=arguments))
+    return tuple(repaired)
+
+
+def _parses(raw: str) -> bool:
+    try:
+        return isinstance(json.loads(raw), dict)
+    except ValueError:
+        return False
+
+
+@dataclass
+class BatchRunner:
+    store: Store
+    registry: ToolRegistry
+    tool_ctx: ToolContext
+    lease: str
+    turn_id: str
+    context_window: int
+    emit: Callable[[TurnEvent], None]
+    spill_used: int = 0
+    """Characters of tool output already put in front of the model this turn."""
+    _started: dict[int, float] = field(default_factory=dict)
+    _rows: dict[int, int] = field(default_factory=dict)
+
+    async def run(self, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+        outcomes = await dispatch(
+            calls, self.registry, self.tool_ctx, on_start=self._on_start, on_result=self._on_result
+        )
+        self._relocate_oversized(calls, outcomes)
+        return outcomes
+
+    def _on_start(self, index: int, call: ToolCall) -> None:
+        self._started[index] = time.monotonic()
+        self.emit(ToolStarted(call.id, call.name))
+
+    def _on_result(self, index: int, call: ToolCall, outcome: ToolOutcome) -> None:
+        # Committed as it arrives: a crash later in the batch keeps what already ran.
+        [row_id] = self.store.append_messages(
+            session_id=self.tool_ctx.session_id,
+            lease=self.lease,
+            turn_id=self.turn_id,
+            messages=[
+                NewMessage(
+                    role="tool",
+                    content=outcome.content,
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    is_error=outcome.is_error,
+                )
+            ],
+        )
+        self._rows[index] = row_id
+        started = self._started.get(index, time.monotonic())
+        duration_ms = (time.monotonic() - started) * 1000
+        self.emit(ToolFinished(call.id, call.name, outcome.is_error, duration_ms))
+
+    def _relocate_oversized(self, calls: Sequence[ToolCall], outcomes: list[ToolOutcome]) -> None:
+        """Rows keep the full text for display; the model sees a preview of big results.
+
+        This runs after the batch and before the next request, so the rows it changes have
+        never been sent upstream: no cached prefix is rewritten.
+        """
+        per_result, per_turn = budgets(self.context_window)
+        inputs = [
+            SpillInput(
+                call_id=call.id,
+                tool_name=call.name,
+                content=outcome.content,
+                exempt=bool((tool := self.registry.get(call.name)) and tool.spill_exempt),
+            )
+            for call, outcome in zip(calls, outcomes, strict=True)
+        ]
+        outputs = spill(
+            inputs,
+            workspace=self.tool_ctx.workspace,
+            turn_id=self.turn_id,
+            per_result=per_result,
+            per_turn=per_turn,
+            already_used=self.spill_used,
+        )
+        for index, out in enumerate(outputs):
+            self.spill_used += len(out.model_content)
+            if out.spilled_path is not None and index in self._rows:
+                self.store.set_api_content(
+                    session_id=self.tool_ctx.session_id,
+                    lease=self.lease,
+                    message_id=self._rows[index],
+                    api_content=out.model_content,
+                )
