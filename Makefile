@@ -6,7 +6,20 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo test lint typecheck unit clean lock
 
+# The terminal tool runs commands under bubblewrap: without `bwrap` the tool is not offered
+# and its sandbox tests fail, so a fresh Debian machine gets it here. A no-op once present.
 install: $(STAMP)
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing bubblewrap (bwrap) for the terminal sandbox"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null; } \
+	    || { echo "apt-get could not install bubblewrap; install it and re-run"; exit 1; }; \
+	  else \
+	    echo "courier needs bwrap (Debian/Ubuntu package bubblewrap) for the terminal sandbox;"; \
+	    echo "install it as root, e.g. 'sudo apt-get install bubblewrap', then re-run"; \
+	    exit 1; \
+	  fi; }
 
 # The stamp depends on the lock and the project file, so a re-run after a dependency
 # change reinstalls, and a re-run without one does nothing.

@@ -30,6 +30,7 @@ from app.serving import ChatServing
 from app.state import AppState
 from app.tools.plugins import load_plugin_tools
 from app.tools.registry import ToolRegistry
+from app.tools.terminal import terminal_tools
 from app.tools.todo import state_tools
 from app.tools.web import web_tools
 from app.tools.workspace import workspace_tools
@@ -65,6 +66,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             *workspace_tools(),
             *state_tools(),
             *web_tools(),
+            *terminal_tools(),
             *load_plugin_tools(settings.tool_plugin_specs()),
         ]
     )

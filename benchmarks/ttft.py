@@ -11,33 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import secrets
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 import httpx
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(url: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    raise SystemExit(f"{url} did not come up")
+from _harness import bench_key, free_port, start_server, start_simulator, stop, wait_http
 
 
 def _first_token(
@@ -69,16 +49,11 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=40)
     args = parser.parse_args()
-    sim_port, port = _free_port(), _free_port()
-    key = "bench-" + secrets.token_hex(16)
+    sim_port, port = free_port(), free_port()
+    key = bench_key()
     data = tempfile.mkdtemp(prefix="courier-bench-")
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "app.simulator", "--port", str(sim_port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    sim = start_simulator(sim_port)
     env = {
-        **os.environ,
         "COURIER_API_KEY": key,
         "COURIER_PORT": str(port),
         "COURIER_DATA_DIR": data,
@@ -86,15 +61,10 @@ def main() -> int:
         "COURIER_UPSTREAM_API_KEY": "bench",
         "COURIER_LOG_LEVEL": "warning",
     }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = start_server(env)
     try:
-        _wait(f"http://127.0.0.1:{sim_port}/v1/models")
-        _wait(f"http://127.0.0.1:{port}/health")
+        wait_http(f"http://127.0.0.1:{sim_port}/v1/models")
+        wait_http(f"http://127.0.0.1:{port}/health")
         messages = [{"role": "user", "content": "Say something short."}]
         direct_body = {"model": "gpt-4o-mini", "messages": messages, "stream": True}
         courier_body = {"model": "courier", "messages": messages, "stream": True}
@@ -117,9 +87,7 @@ def main() -> int:
         )
         return 0
     finally:
-        for proc in (server, sim):
-            proc.terminate()
-            proc.wait(10)
+        stop(server, sim)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,7 @@ def test_patch_then_read_sees_the_change(
     )
     _post(tools_server, "patch then read")
     patched, read = _tool_results(sim)
+    assert not patched.startswith("error")
     assert "after" in read and "before" not in read
 
 
@@ -192,3 +193,52 @@ def test_todo_and_session_search(tools_server: Server, sim: Simulator) -> None:
     todo, found = _tool_results(sim)
     assert "draft" in todo and "review" in todo
     assert "quetzal" in found.lower()
+
+
+def test_big_command_output_is_spilled_previewed_and_paged_back(
+    tools_server: Server, sim: Simulator, workspace: Path
+) -> None:
+    command = "python3 -c \"print('\\n'.join('line %06d ' % i + 'x' * 40 for i in range(6000)))\""
+    # The paging steps need the spill path, known only after the first call, so the
+    # conversation runs in two turns.
+    spill_dir = workspace / ".courier" / "spill"
+    sim.script(
+        [
+            {"reply": {"tool_calls": [_call("terminal", command=command)]}},
+            {"reply": {"text": "spilled"}},
+        ]
+    )
+    _post(tools_server, "make a lot of output")
+    [preview] = _tool_results(sim)
+    files = sorted(spill_dir.iterdir(), key=lambda p: p.stat().st_mtime)
+    spilled = files[-1]
+    relative = str(spilled.relative_to(workspace))
+    assert len(preview) < 5_000 and relative in preview and "read_file" in preview
+    assert preview.startswith("exit code: 0")
+    assert spilled.read_text().count("\n") >= 6000  # the full text, not the preview
+    stored = _stored_tool_rows(tools_server)
+    assert any(len(row) > 300_000 for row in stored)  # the row keeps the full text
+
+    sim.script(
+        [
+            {"reply": {"tool_calls": [_call("read_file", path=relative, offset=5990, limit=20)]}},
+            {"reply": {"tool_calls": [_call("read_file", path=relative, limit=6000)]}},
+            {"reply": {"text": "paged"}},
+        ]
+    )
+    _post(tools_server, "page it back")
+    page = _tool_results(sim, -2)[-1]
+    assert "line 005995" in page
+    whole = _tool_results(sim)[-1]
+    # The file reader's own output is never spilled, however large: recovery cannot recurse.
+    assert ".courier/spill" not in whole and len(whole) > 90_000
+
+
+def _stored_tool_rows(server: Server) -> list[str]:
+    import sqlite3
+
+    con = sqlite3.connect(server.data_dir / "courier.db")
+    try:
+        return [r[0] for r in con.execute("SELECT content FROM message WHERE role = 'tool'")]
+    finally:
+        con.close()
