@@ -100,6 +100,16 @@ class Profile(BaseModel):
     retry_base_delay_s: float = Field(default=2.0, ge=0)
     prices: PriceOverrideConfig | None = None
     allow_unpriced: bool = False
+    compaction_threshold: float | None = Field(default=None, gt=0, le=1)
+    """Share of (window - max output) at which to compact; None = 50 %, 75 % under 512K."""
+    calibrated_trigger: bool = True
+    """Fire compaction on the estimate re-anchored to billed usage (off: the raw estimate,
+    kept only as a baseline for benchmarks)."""
+    summary_model: str | None = None
+    """A cheaper upstream model for compaction summaries; None = the profile's model."""
+    prune_trigger_tokens: int = Field(default=0, ge=0)
+    prune_mid_burst: bool = False
+    """Prune while the prefix is warm too (it breaks the cache); off by default."""
     toolsets: tuple[str, ...] = ("core", "web", "memory")
     """Which toolsets this profile's sessions get."""
     terminal_backend: Literal["sandbox", "local"] = "sandbox"
@@ -150,6 +160,9 @@ class Settings(BaseSettings):
     upstream_api_key: SecretStr | None = None
     upstream_model: str = "gpt-4o-mini"
     context_window: int = Field(default=128_000, ge=1024)
+    max_output_tokens: int = Field(default=8192, ge=1)
+    compaction_threshold: float | None = Field(default=None, gt=0, le=1)
+    calibrated_trigger: bool = True
     model_name: str = "courier"
     accept_any_model: bool = False
     workspace: Path | None = None
@@ -221,6 +234,9 @@ class Settings(BaseSettings):
             api_key=self.upstream_api_key,
             model=self.upstream_model,
             context_window=self.context_window,
+            max_output_tokens=self.max_output_tokens,
+            compaction_threshold=self.compaction_threshold,
+            calibrated_trigger=self.calibrated_trigger,
             accept_any_model=self.accept_any_model,
             workspace=self.workspace,
             max_iterations=self.max_iterations,

@@ -5,6 +5,7 @@ Routes only map what this returns to HTTP; the agent never sees HTTP.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from app.agent.budget import Cap, SpendGuard
 from app.agent.cache_planner import StablePrefixRegistry
+from app.agent.compressor import Compressor
 from app.agent.loop import TurnContext
 from app.agent.projection import INTERRUPTED_RESULT
 from app.agent.prompt import build_prompt, recover_stable_boundary, stable_tier
@@ -129,6 +131,7 @@ class ChatServing:
     ) -> None:
         self.metrics = metrics
         self.prefixes = StablePrefixRegistry()
+        self.compressor = Compressor(prefixes=self.prefixes)
         self.settings = settings
         self.store = store
         self.turns = turns
@@ -191,21 +194,21 @@ class ChatServing:
         session_id = new_session_id()
         instructions = [m.text() for m in request.messages if m.role in ("system", "developer")]
         snapshot = snapshot_tools(self.tools, profile.toolsets)
-        prompt = build_prompt(
-            profile=profile,
-            client_instructions=instructions,
+        prompt = self.session_prompt(
+            profile,
             session_id=session_id,
+            owner=principal.owner,
             started_at=time.time(),
-            tool_names=snapshot_names(snapshot),
-            workspace=self.workspace_for(profile, session_id),
-            memory=self.memory_snapshot(principal.owner, profile),
+            instructions=instructions,
+            snapshot=snapshot,
         )
         self.store.create_session(
             session_id=session_id,
             owner=principal.owner,
             profile=profile.name,
-            system_prompt=prompt.render(),
+            system_prompt=prompt,
             tool_snapshot=snapshot,
+            client_instructions=instructions,
         )
         lease = self.turns.new_lease(session_id)
         self.store.append_messages(
@@ -292,7 +295,38 @@ class ChatServing:
             tool_specs=specs_from_snapshot(snapshot),
             stable_len=recover_stable_boundary(session.system_prompt, stable),
             prefixes=self.prefixes,
+            compressor=self.compressor,
+            rebuild_prompt=lambda: self.session_prompt(
+                profile,
+                session_id=session.id,
+                owner=session.owner,
+                started_at=session.started_at,
+                instructions=json.loads(session.client_instructions),
+                snapshot=snapshot,
+            ),
         )
+
+    def session_prompt(
+        self,
+        profile: Profile,
+        *,
+        session_id: str,
+        owner: str,
+        started_at: float,
+        instructions: list[str],
+        snapshot: str,
+    ) -> str:
+        """The session's system prompt from its inputs: at creation, and again only when a
+        compaction has broken the cache anyway."""
+        return build_prompt(
+            profile=profile,
+            client_instructions=instructions,
+            session_id=session_id,
+            started_at=started_at,
+            tool_names=snapshot_names(snapshot),
+            workspace=self.workspace_for(profile, session_id),
+            memory=self.memory_snapshot(owner, profile),
+        ).render()
 
     def memory_snapshot(self, owner: str, profile: Profile) -> str:
         """The principal's notes, frozen into the new session's volatile tier."""

@@ -14,6 +14,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from app.agent.accumulate import Reply, accumulate
 from app.agent.budget import SpendGuard
 from app.agent.cache_planner import StablePrefixRegistry, apply_strategy, effective_ttl
+from app.agent.compressor import OVERFLOW_RETRIES, Compressor, Summariser
+from app.agent.context_window import observe, preflight
 from app.agent.events import (
     ExitReason,
     TurnError,
@@ -73,6 +75,9 @@ class TurnContext:
     """Proven end of the stable tier in `system_prompt`, or None (no marker there)."""
     prefixes: StablePrefixRegistry | None = None
     price_override: PriceOverride | None = None
+    compressor: Compressor | None = None
+    rebuild_prompt: Callable[[], str] = lambda: ""
+    """Rebuild the session's system prompt from its stored inputs (used by compaction)."""
 
     @property
     def tool_context(self) -> ToolContext:
@@ -98,6 +103,7 @@ class TurnState:
     emitted_text: bool = False
     in_flight: Reply = field(default_factory=Reply)
     runner: BatchRunner | None = None
+    overflow_retries: int = 0
 
     def tools(self, ctx: TurnContext) -> BatchRunner:
         """The turn's tool runner; one per turn so the spill budget spans its batches."""
@@ -140,7 +146,16 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
             state.iterations += 1
             if (refusal := ctx.spend.check()) is not None:
                 return state.finished("spend_limit", error=refusal)
-            reply = await call_model(ctx, state, final=final)
+            try:
+                reply = await call_model(ctx, state, final=final)
+            except ProviderError as exc:
+                if not exc.should_compress or state.overflow_retries >= OVERFLOW_RETRIES:
+                    raise
+                # The provider says it does not fit: compact and retry, iteration refunded.
+                state.overflow_retries += 1
+                state.iterations -= 1
+                await preflight(ctx, summariser(ctx, state), turn_start=False, force=True)
+                continue
             calls = () if final else reply.tool_calls(f"call_{ctx.turn_id}_{state.iterations}")
             calls = repair_calls(calls, ctx.tools, truncated=reply.finish == "length")
             persist_reply(ctx, reply, calls)  # persist before act
@@ -167,6 +182,7 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
 
 async def call_model(ctx: TurnContext, state: TurnState, *, final: bool) -> Reply:
     """One upstream call: build the request, stream it, record usage and cost."""
+    rough = await preflight(ctx, summariser(ctx, state), turn_start=state.calls == 0)
     request = build_request(ctx, final=final)
     cache_break = pending_cache_break(ctx)
     started = time.monotonic()
@@ -195,7 +211,28 @@ async def call_model(ctx: TurnContext, state: TurnState, *, final: bool) -> Repl
         raise
     reply = state.in_flight
     record_call(ctx, state, reply.usage or Usage(), started, first_byte, "ok", cache_break)
+    observe(ctx, rough_at_call=rough, usage=reply.usage)
     return reply
+
+
+def summariser(ctx: TurnContext, state: TurnState) -> Summariser:
+    """An upstream call for a compaction summary, billed and recorded like any other."""
+
+    async def summarise(request: ModelRequest) -> tuple[str, Usage | None]:
+        if ctx.spend.check() is not None:
+            raise ProviderError("bad_request", "spend limit reached; no model summary")
+        started, first_byte, reply = time.monotonic(), None, Reply()
+        try:
+            async for event in stream_with_retry(ctx.provider, request, max_attempts=2):
+                first_byte = first_byte or time.monotonic()
+                reply = accumulate(reply, event)
+        except ProviderError as exc:
+            record_call(ctx, state, Usage(), started, first_byte, exc.kind, None)
+            raise
+        record_call(ctx, state, reply.usage or Usage(), started, first_byte, "ok", None)
+        return reply.text, reply.usage
+
+    return summarise
 
 
 def pending_cache_break(ctx: TurnContext) -> str | None:

@@ -24,6 +24,23 @@ class SessionRow(SQLModel, table=True):
     """The session's tool schemas, serialised once with a stable key order."""
     pending_cache_break: str | None = None
     """Why the next upstream request deliberately breaks the cached prefix, if it does."""
+    client_instructions: str = "[]"
+    """JSON list of the client's system/developer texts, kept so a compaction can rebuild
+    the prompt from the same inputs."""
+    # The compressor's durable state: a restart must not reset a breaker or a runway.
+    anchor_rough: int | None = None
+    anchor_billed: int | None = None
+    """Calibration pair: our rough estimate of a prompt and what the provider billed for it."""
+    prune_rearm_at: int | None = None
+    """A prune may commit again only once the prompt has regrown to this many tokens."""
+    verdict_pending: bool = False
+    """Set by a compaction; the next response with usage judges whether it helped."""
+    compaction_strikes: int = 0
+    fallback_streak: int = 0
+    summary_cooldown_until: float = 0.0
+    compactions: int = 0
+    last_call_at: float | None = None
+    """Wall time of the last upstream call: a gap beyond the cache TTL means a cold prefix."""
     started_at: float = Field(default_factory=_now)
     updated_at: float = Field(default_factory=_now)
     lease: str | None = None
@@ -56,6 +73,8 @@ class MessageRow(SQLModel, table=True):
     tool_call_id: str | None = None
     tool_name: str | None = None
     is_error: bool = False
+    kind: str | None = None
+    """`summary` for a compaction summary, `pruned` for a pruned copy; None otherwise."""
     reasoning: str | None = None
     """Display only: raw reasoning never re-enters the transcript."""
     active: bool = True

@@ -42,6 +42,7 @@ class NewMessage:
     is_error: bool = False
     reasoning: str | None = None
     api_content: str | None = None
+    kind: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,22 @@ class StoredMessage:
     tool_name: str | None
     is_error: bool
     turn_id: str | None
+    kind: str | None = None
+
+    def as_new(self, **changes: object) -> NewMessage:
+        """A copy of this row for re-insertion (compaction re-inserts the tail)."""
+        fields: dict[str, object] = {
+            "role": self.role,
+            "content": self.content,
+            "api_content": self.api_content,
+            "tool_calls": list(self.tool_calls) or None,
+            "tool_call_id": self.tool_call_id,
+            "tool_name": self.tool_name,
+            "is_error": self.is_error,
+            "kind": self.kind,
+        }
+        fields.update(changes)
+        return NewMessage(**fields)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +105,7 @@ def _stored(row: MessageRow) -> StoredMessage:
         tool_name=row.tool_name,
         is_error=row.is_error,
         turn_id=row.turn_id,
+        kind=row.kind,
     )
 
 
@@ -131,6 +149,7 @@ class Store:
         profile: str,
         system_prompt: str,
         tool_snapshot: str = "[]",
+        client_instructions: Sequence[str] = (),
     ) -> SessionRow:
         row = SessionRow(
             id=session_id,
@@ -138,6 +157,7 @@ class Store:
             profile=profile,
             system_prompt=system_prompt,
             tool_snapshot=tool_snapshot,
+            client_instructions=json.dumps(list(client_instructions)),
         )
         with self._tx() as db:
             db.add(row)
@@ -225,6 +245,7 @@ class Store:
                 tool_name=m.tool_name,
                 is_error=m.is_error,
                 reasoning=m.reasoning,
+                kind=m.kind,
             )
             for m in messages
         ]
@@ -245,6 +266,74 @@ class Store:
                 text("UPDATE message SET api_content = :api WHERE id = :mid AND session_id = :sid"),
                 {"api": api_content, "mid": message_id, "sid": session_id},
             )
+
+    def rewrite_live(
+        self,
+        *,
+        session_id: str,
+        lease: str,
+        archive_ids: Sequence[int],
+        insert: Sequence[NewMessage],
+        session_updates: dict[str, Any],
+    ) -> None:
+        """Compaction and prune commit: archive rows, insert their replacements, update the
+        session's counters, all in one transaction checked against the turn lease.
+
+        Nothing is deleted: archived rows become `active=0, compacted=1` and stay
+        searchable. The flags are not text columns, so the FTS triggers do no work.
+        """
+        with self._tx() as db:
+            self._fenced(db, session_id=session_id, lease=lease)
+            if archive_ids:
+                db.connection().execute(
+                    text(
+                        "UPDATE message SET active = 0, compacted = 1 "
+                        "WHERE session_id = :sid AND id IN ("
+                        + ",".join(str(int(i)) for i in archive_ids)
+                        + ")"
+                    ),
+                    {"sid": session_id},
+                )
+            db.add_all(
+                MessageRow(
+                    session_id=session_id,
+                    role=m.role,
+                    content=m.content,
+                    api_content=m.api_content,
+                    tool_calls=json.dumps(list(m.tool_calls)) if m.tool_calls else None,
+                    tool_call_id=m.tool_call_id,
+                    tool_name=m.tool_name,
+                    is_error=m.is_error,
+                    reasoning=m.reasoning,
+                    kind=m.kind,
+                )
+                for m in insert
+            )
+            session = db.get(SessionRow, session_id)
+            assert session is not None
+            for key, value in session_updates.items():
+                setattr(session, key, value)
+            db.add(session)
+
+    def update_session(self, *, session_id: str, **values: Any) -> None:
+        """Persist compressor counters (not fenced: a verdict must land even late)."""
+        with self._tx() as db:
+            session = db.get(SessionRow, session_id)
+            if session is None:
+                return
+            for key, value in values.items():
+                setattr(session, key, value)
+            db.add(session)
+
+    def get_message(self, *, session_id: str, message_id: int) -> StoredMessage | None:
+        """One row of a session, live or archived (not retracted)."""
+        with Session(self.engine) as db:
+            row = db.get(MessageRow, message_id)
+            if row is None or row.session_id != session_id:
+                return None
+            if not row.active and not row.compacted:
+                return None
+            return _stored(row)
 
     def active_messages(self, *, session_id: str) -> list[StoredMessage]:
         with Session(self.engine) as db:

@@ -14,6 +14,7 @@ from typing import Any
 
 from app.db.tool_store import TodoItem, TodoState, ToolStateError, todo_state, update_todo
 from app.tools.memory import MEMORY
+from app.tools.recall import RECALL
 from app.tools.registry import Tool, ToolContext, ToolError
 from app.tools.session_search import SESSION_SEARCH, require_store
 
@@ -227,4 +228,4 @@ TODO = Tool(
 
 def state_tools() -> list[Tool]:
     """session_search and todo (toolset "core") and memory (toolset "memory")."""
-    return [SESSION_SEARCH, MEMORY, TODO]
+    return [SESSION_SEARCH, MEMORY, TODO, RECALL]

@@ -1,0 +1,574 @@
+"""Keep a session inside its window without paying for compactions it does not need.
+
+Three pieces, each a function the loop calls, never code inside it:
+
+- a calibrated trigger: our rough estimate is re-anchored to the provider's billed prompt
+  tokens after every response that fit, and compaction fires on the projection
+  `billed_at_anchor + (rough_now - rough_at_anchor)`, not on the raw guess (which runs
+  2-3x high on CJK text and would compact at a third of the real window);
+- a deterministic prune (no model call) that commits only for a real win and then waits
+  out a runway, and runs only where rewriting history is free: at the start of a turn
+  whose cached prefix has already expired;
+- a non-destructive batch compaction, judged afterwards by a verdict, behind a breaker
+  that survives restarts: a transcript whose floor alone exceeds the threshold would
+  otherwise compact again on every turn, forever.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from app.agent.cache_planner import StablePrefixRegistry
+from app.config import Profile
+from app.db.models import SessionRow
+from app.db.store import NewMessage, Store, StoredMessage
+from app.providers.base import (
+    ModelRequest,
+    ProviderError,
+    SamplingParams,
+    SystemBlock,
+    UserMessage,
+)
+from app.providers.usage import Usage
+
+log = logging.getLogger(__name__)
+
+MIN_RECLAIM = 4_096
+"""A prune commits only if it frees this many tokens: smaller wins are not worth a break."""
+BLOCK_WINDOW_S = 300.0
+SUMMARY_COOLDOWN_S = 300.0
+MIN_MIDDLE_TOKENS = 2_000
+"""Below this the middle is dropped with a fallback summary instead of a model call."""
+PRUNE_RESULT_CHARS = 2_000
+PRUNE_ARGUMENT_CHARS = 2_000
+HEAD_ROWS = 3
+OVERFLOW_RETRIES = 3
+SUMMARY_MAX_TOKENS = 2_000
+
+SUMMARY_SCAFFOLD = (
+    "[Context summary] Earlier parts of this conversation were summarised to fit the "
+    "context window. The originals are archived and can be searched with session_search "
+    "or read back with recall. Treat this summary as your own notes: it records what was "
+    "asked, decided and done before the messages that follow.\n\n"
+)
+
+SUMMARISER_SYSTEM = (
+    "You write compact, faithful working notes of an agent's conversation so the agent can "
+    "continue after the original messages are removed. Never invent facts. Quote "
+    "constraints and identifiers exactly."
+)
+
+SUMMARY_TEMPLATE = """Summarise the conversation excerpt below for the agent itself. Use exactly
+these headings, each followed by terse bullet points (write "none" when empty):
+
+## Goal
+## Constraints (verbatim)
+## Completed actions
+## Active state
+## Decisions
+## Open questions
+## Files
+## Critical context
+"""
+
+CJK_RANGES = (
+    (0x3040, 0x30FF),  # hiragana, katakana
+    (0x3400, 0x4DBF),
+    (0x4E00, 0x9FFF),
+    (0xAC00, 0xD7AF),  # hangul
+    (0xF900, 0xFAFF),
+    (0x20000, 0x2FA1F),
+)
+
+
+def rough_tokens(text: str) -> int:
+    """ceil(chars/4) for ordinary text, one token per CJK code point."""
+    if not text:
+        return 0
+    cjk = sum(1 for ch in text if any(lo <= ord(ch) <= hi for lo, hi in CJK_RANGES))
+    return cjk + math.ceil((len(text) - cjk) / 4)
+
+
+def row_text(row: StoredMessage) -> str:
+    text = row.api_content if row.api_content is not None else (row.content or "")
+    if row.tool_calls:
+        text += json.dumps(list(row.tool_calls))
+    return text
+
+
+def threshold_tokens(profile: Profile) -> int:
+    """50 % of (window - max output), at least 75 % for windows under 512K."""
+    usable = max(profile.context_window - profile.max_output_tokens, 1024)
+    share = profile.compaction_threshold
+    if share is None:
+        share = 0.75 if profile.context_window < 512_000 else 0.5
+    return int(usable * share)
+
+
+def tail_budget(profile: Profile) -> int:
+    return max(10_000, min(25_000, int(profile.context_window * 0.025)))
+
+
+@dataclass
+class Estimator:
+    """Rough sizes, memoised per message id: rows never change once written."""
+
+    _memo: dict[int, int] = field(default_factory=dict)
+
+    def row(self, row: StoredMessage) -> int:
+        if row.id not in self._memo:
+            self._memo[row.id] = rough_tokens(row_text(row)) + 4
+        return self._memo[row.id]
+
+    def request(
+        self, *, system_prompt: str, tool_snapshot: str, rows: Sequence[StoredMessage]
+    ) -> int:
+        return self.floor(system_prompt, tool_snapshot) + sum(self.row(r) for r in rows)
+
+    @staticmethod
+    def floor(system_prompt: str, tool_snapshot: str) -> int:
+        """What every request carries in full, whatever is compacted."""
+        return rough_tokens(system_prompt) + rough_tokens(tool_snapshot)
+
+
+def projected(rough_now: int, session: SessionRow) -> int:
+    if session.anchor_rough is None or session.anchor_billed is None:
+        return rough_now
+    return session.anchor_billed + (rough_now - session.anchor_rough)
+
+
+# ---------------------------------------------------------------------- the breaker
+
+
+@dataclass
+class Breaker:
+    """Blocks automatic compaction after 2 ineffective verdicts or 2 fallback summaries.
+
+    The counters live on the session row; the deadline is armed on the first blocked
+    evaluation, on this process's monotonic clock. A fresh process that loads a tripped
+    counter therefore starts a full window blocked instead of probing at once: a restart
+    cannot disarm the guard.
+    """
+
+    clock: Callable[[], float] = time.monotonic
+    _deadlines: dict[str, float] = field(default_factory=dict)
+
+    def allows(self, store: Store, session: SessionRow) -> bool:
+        tripped = session.compaction_strikes >= 2 or session.fallback_streak >= 2
+        if not tripped:
+            self._deadlines.pop(session.id, None)
+            return True
+        deadline = self._deadlines.get(session.id)
+        now = self.clock()
+        if deadline is None:
+            self._deadlines[session.id] = now + BLOCK_WINDOW_S
+            log.warning(
+                "session %s: automatic compaction blocked (%d ineffective, %d fallback)",
+                session.id,
+                session.compaction_strikes,
+                session.fallback_streak,
+            )
+            return False
+        if now < deadline:
+            return False
+        # Probation: one attempt. If it fails too, the next verdict re-trips at once.
+        self._deadlines.pop(session.id, None)
+        strikes, streak = min(session.compaction_strikes, 1), min(session.fallback_streak, 1)
+        store.update_session(
+            session_id=session.id, compaction_strikes=strikes, fallback_streak=streak
+        )
+        session.compaction_strikes, session.fallback_streak = strikes, streak
+        log.info("session %s: compaction probation attempt", session.id)
+        return True
+
+
+# ---------------------------------------------------------------------- calibration
+
+
+def observe_response(
+    store: Store,
+    session: SessionRow,
+    *,
+    rough_at_call: int,
+    usage: Usage | None,
+    threshold: int,
+) -> None:
+    """Re-anchor on a response whose prompt fit, and give a pending compaction its verdict.
+
+    The verdict lives here, where the billed count is visible, and not in the preflight
+    check: the rough preflight estimate can dip below the line on its own and would clear
+    strikes and reopen the loop every turn. A response without usage consumes the latch,
+    so a reading three turns later is never charged to a compaction it has nothing to do
+    with.
+    """
+    updates: dict[str, Any] = {}
+    if usage is not None and usage.prompt_tokens > 0:
+        updates |= {"anchor_rough": rough_at_call, "anchor_billed": usage.prompt_tokens}
+    if session.verdict_pending:
+        updates["verdict_pending"] = False
+        if usage is not None and usage.prompt_tokens > 0:
+            ineffective = usage.prompt_tokens >= threshold
+            updates["compaction_strikes"] = session.compaction_strikes + 1 if ineffective else 0
+            if ineffective:
+                log.warning(
+                    "session %s: compaction left the prompt at %d tokens (threshold %d)",
+                    session.id,
+                    usage.prompt_tokens,
+                    threshold,
+                )
+    updates["last_call_at"] = time.time()
+    store.update_session(session_id=session.id, **updates)
+
+
+# ---------------------------------------------------------------------- splitting
+
+
+def transactions(rows: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
+    """Rows grouped so an assistant message with tool calls and its results stay one unit."""
+    groups: list[list[StoredMessage]] = []
+    for row in rows:
+        if (
+            row.role == "tool"
+            and groups
+            and groups[-1][0].role == "assistant"
+            and groups[-1][0].tool_calls
+        ):
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return groups
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    head: list[StoredMessage]
+    middle: list[StoredMessage]
+    tail: list[StoredMessage]
+
+
+def split_for_compaction(
+    rows: Sequence[StoredMessage], estimator: Estimator, *, tail_tokens: int
+) -> Split:
+    """Head (the first exchange), tail (recent messages within budget), and the middle.
+
+    Never splits a tool transaction; the tail always keeps the latest user message and the
+    latest visible assistant reply, whatever the budget says.
+    """
+    groups = transactions(rows)
+    head: list[list[StoredMessage]] = []
+    while groups and sum(len(g) for g in head) < HEAD_ROWS and groups[0][0].kind != "summary":
+        head.append(groups.pop(0))
+    tail: list[list[StoredMessage]] = []
+    used = 0
+    for group in reversed(groups):
+        size = sum(estimator.row(r) for r in group)
+        if tail and used + size > tail_tokens:
+            break
+        tail.insert(0, group)
+        used += size
+    middle = groups[: len(groups) - len(tail)]
+    # The latest user message and visible reply are what the next request answers to.
+    for role in ("user", "assistant"):
+        while middle and not any(_visible(r, role) for g in tail for r in g):
+            if not any(_visible(r, role) for g in middle for r in g):
+                break
+            tail.insert(0, middle.pop())
+    flat = [r for g in middle for r in g]
+    return Split([r for g in head for r in g], flat, [r for g in tail for r in g])
+
+
+def _visible(row: StoredMessage, role: str) -> bool:
+    if row.role != role:
+        return False
+    return role == "user" or bool(row.content)
+
+
+# ---------------------------------------------------------------------- summaries
+
+
+def render_transcript(rows: Sequence[StoredMessage], *, limit_chars: int = 400_000) -> str:
+    lines: list[str] = []
+    for row in rows:
+        text = row.api_content if row.api_content is not None else (row.content or "")
+        if row.kind == "summary":
+            lines.append(f"[previous summary]\n{text.removeprefix(SUMMARY_SCAFFOLD)}")
+        elif row.role == "tool":
+            lines.append(f"[tool result {row.tool_name}] {text[:4000]}")
+        elif row.tool_calls:
+            calls = ", ".join(
+                f"{c['name']}({c.get('arguments', '')[:300]})" for c in row.tool_calls
+            )
+            lines.append(f"[assistant] {text}\n[assistant called] {calls}".strip())
+        else:
+            lines.append(f"[{row.role}] {text}")
+    out = "\n\n".join(lines)
+    return out[-limit_chars:]
+
+
+def fallback_summary(rows: Sequence[StoredMessage]) -> str:
+    """A deterministic summary for when no model summary is possible or worth it."""
+    asks = [
+        (r.content or "").strip().splitlines()[0][:200]
+        for r in rows
+        if r.role == "user" and r.content
+    ]
+    tools: dict[str, int] = {}
+    for r in rows:
+        for call in r.tool_calls:
+            tools[call["name"]] = tools.get(call["name"], 0) + 1
+    parts = [f"{len(rows)} earlier messages were removed without a model summary."]
+    if asks:
+        parts.append("The user asked: " + " | ".join(asks[-10:]))
+    if tools:
+        parts.append("Tools used: " + ", ".join(f"{k} x{v}" for k, v in sorted(tools.items())))
+    return "\n".join(parts)
+
+
+Summariser = Callable[[ModelRequest], Awaitable[tuple[str, Usage | None]]]
+
+
+async def model_summary(
+    summarise: Summariser, *, model: str, middle: Sequence[StoredMessage]
+) -> str:
+    request = ModelRequest(
+        model=model,
+        system=(SystemBlock(SUMMARISER_SYSTEM),),
+        messages=(UserMessage(SUMMARY_TEMPLATE + "\n---\n" + render_transcript(middle)),),
+        sampling=SamplingParams(max_tokens=SUMMARY_MAX_TOKENS),
+    )
+    text, _usage = await summarise(request)
+    return text.strip()
+
+
+# ---------------------------------------------------------------------- the compressor
+
+
+CompactionReason = Literal["threshold", "overflow"]
+
+
+@dataclass
+class Compressor:
+    """Process-wide: the estimator memo and the breaker's deadlines. Durable state is on
+    the session row."""
+
+    prefixes: StablePrefixRegistry
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+    estimator: Estimator = field(default_factory=Estimator)
+    breaker: Breaker = field(init=False)
+    _floor_reported: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.breaker = Breaker(clock=self.clock)
+        self.prefixes.register(SUMMARY_SCAFFOLD)
+
+    def estimate(self, session: SessionRow, rows: Sequence[StoredMessage]) -> int:
+        return self.estimator.request(
+            system_prompt=session.system_prompt, tool_snapshot=session.tool_snapshot, rows=rows
+        )
+
+    def needs_compaction(
+        self, store: Store, session: SessionRow, profile: Profile, rough: int
+    ) -> bool:
+        threshold = threshold_tokens(profile)
+        floor = self.estimator.floor(session.system_prompt, session.tool_snapshot)
+        if floor >= threshold:
+            if session.id not in self._floor_reported:
+                self._floor_reported.add(session.id)
+                log.error(
+                    "session %s: the system prompt and tool schemas alone (~%d tokens) meet "
+                    "the compaction threshold (%d); compaction cannot help, so it is off",
+                    session.id,
+                    floor,
+                    threshold,
+                )
+            return False
+        estimate = projected(rough, session) if profile.calibrated_trigger else rough
+        if estimate < threshold:
+            return False
+        return self.breaker.allows(store, session)
+
+    # -------------------------------------------------------------- prune
+
+    def prune(
+        self,
+        store: Store,
+        session: SessionRow,
+        profile: Profile,
+        *,
+        lease: str,
+        rows: Sequence[StoredMessage],
+    ) -> int:
+        """Deterministic prune of old tool output; returns tokens reclaimed (0 = no commit)."""
+        rough = self.estimate(session, rows)
+        if session.prune_rearm_at is not None and rough < session.prune_rearm_at:
+            return 0
+        protected = {
+            r.id
+            for r in split_for_compaction(
+                rows, self.estimator, tail_tokens=tail_budget(profile)
+            ).tail
+        }
+        replacements = prune_rows(rows, protected)
+        if not replacements:
+            return 0
+        before = sum(self.estimator.row(rows[i]) for i in replacements)
+        after = sum(rough_tokens(row_text_new(m)) + 4 for m in replacements.values())
+        reclaimed = before - after
+        if reclaimed < MIN_RECLAIM:
+            return 0
+        first = min(replacements)
+        rewritten = [replacements.get(i) or rows[i].as_new() for i in range(first, len(rows))]
+        runway = max(reclaimed, profile.prune_trigger_tokens, MIN_RECLAIM)
+        store.rewrite_live(
+            session_id=session.id,
+            lease=lease,
+            archive_ids=[r.id for r in rows[first:]],
+            insert=rewritten,
+            session_updates={
+                "prune_rearm_at": rough - reclaimed + runway,
+                "anchor_rough": None,
+                "anchor_billed": None,
+                "pending_cache_break": "prune",
+            },
+        )
+        log.info("session %s: pruned %d tokens of old tool output", session.id, reclaimed)
+        return reclaimed
+
+    # -------------------------------------------------------------- compaction
+
+    async def compact(
+        self,
+        store: Store,
+        session: SessionRow,
+        profile: Profile,
+        *,
+        lease: str,
+        rows: Sequence[StoredMessage],
+        summarise: Summariser,
+        rebuild_prompt: Callable[[], str],
+    ) -> str | None:
+        """Summarise the middle and commit; returns the rebuilt system prompt, or None when
+        there is nothing to compact."""
+        split = split_for_compaction(rows, self.estimator, tail_tokens=tail_budget(profile))
+        if not split.middle:
+            return None
+        middle_tokens = sum(self.estimator.row(r) for r in split.middle)
+        updates: dict[str, Any] = {}
+        if middle_tokens < MIN_MIDDLE_TOKENS:
+            # Too small to be worth a call: streak-neutral, but it still arms the verdict,
+            # because an incompressible transcript is exactly what the breaker must catch.
+            summary = fallback_summary(split.middle)
+        elif self.wall() < session.summary_cooldown_until:
+            summary = fallback_summary(split.middle)
+            updates["fallback_streak"] = session.fallback_streak + 1
+        else:
+            try:
+                summary = await model_summary(
+                    summarise, model=profile.summary_model or profile.model, middle=split.middle
+                )
+            except ProviderError as exc:
+                log.warning("session %s: summariser failed (%s)", session.id, exc.kind)
+                summary = ""
+            if summary:
+                updates["fallback_streak"] = 0
+            else:
+                summary = fallback_summary(split.middle)
+                updates["fallback_streak"] = session.fallback_streak + 1
+                updates["summary_cooldown_until"] = self.wall() + SUMMARY_COOLDOWN_S
+        new_prompt = rebuild_prompt()
+        insert = [NewMessage(role="user", content=SUMMARY_SCAFFOLD + summary, kind="summary")]
+        insert += [row.as_new() for row in split.tail]
+        store.rewrite_live(
+            session_id=session.id,
+            lease=lease,
+            archive_ids=[r.id for r in (*split.middle, *split.tail)],
+            insert=insert,
+            session_updates={
+                **updates,
+                "system_prompt": new_prompt,
+                "verdict_pending": True,
+                "compactions": session.compactions + 1,
+                "anchor_rough": None,
+                "anchor_billed": None,
+                "prune_rearm_at": None,
+                "pending_cache_break": "compaction",
+            },
+        )
+        log.info(
+            "session %s: compacted %d messages (~%d tokens) into a summary",
+            session.id,
+            len(split.middle),
+            middle_tokens,
+        )
+        return new_prompt
+
+
+# ---------------------------------------------------------------------- prune rows
+
+
+def row_text_new(message: NewMessage) -> str:
+    text = message.api_content if message.api_content is not None else (message.content or "")
+    if message.tool_calls:
+        text += json.dumps(list(message.tool_calls))
+    return text
+
+
+def prune_rows(rows: Sequence[StoredMessage], protected: set[int]) -> dict[int, NewMessage]:
+    """Replacements (by index) for old rows: deduped and stubbed tool output, shortened
+    call arguments that stay valid JSON. Protected (recent) rows are never touched."""
+    out: dict[int, NewMessage] = {}
+    seen: dict[str, int] = {}
+    for index in range(len(rows) - 1, -1, -1):
+        row = rows[index]
+        if row.id in protected:
+            if row.role == "tool":
+                seen.setdefault(row_text(row), row.id)
+            continue
+        if row.role == "tool" and row.kind != "pruned":
+            text = row_text(row)
+            if text in seen and len(text) > 200:
+                stub = (
+                    f"[identical to a later result of {row.tool_name}; "
+                    f"recall(message_id={row.id}) restores it]"
+                )
+            elif len(text) > PRUNE_RESULT_CHARS:
+                stub = (
+                    f"[pruned {len(text):,} chars of {row.tool_name} output to save context; "
+                    f"recall(message_id={row.id}) restores it]"
+                )
+            else:
+                seen.setdefault(text, row.id)
+                continue
+            seen.setdefault(text, row.id)
+            out[index] = row.as_new(api_content=stub, kind="pruned")
+        elif row.role == "assistant" and row.tool_calls:
+            calls = [_shorten_call(c) for c in row.tool_calls]
+            if calls != list(row.tool_calls):
+                out[index] = row.as_new(tool_calls=calls)
+    return out
+
+
+def _shorten_call(call: dict[str, str]) -> dict[str, str]:
+    raw = call.get("arguments", "")
+    if len(raw) <= PRUNE_ARGUMENT_CHARS:
+        return call
+    try:
+        args = json.loads(raw)
+    except ValueError:
+        return call
+    if not isinstance(args, dict):
+        return call
+    short = {
+        k: (v[:200] + f"... [{len(v) - 200} chars pruned]")
+        if isinstance(v, str) and len(v) > 400
+        else v
+        for k, v in args.items()
+    }
+    return {**call, "arguments": json.dumps(short, ensure_ascii=False)}

@@ -1,0 +1,80 @@
+"""The loop's hooks into the compressor: a preflight before each upstream call and an
+observation after it. Kept out of the loop so the loop reads like the idea."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from app.agent.compressor import Summariser, observe_response, threshold_tokens
+from app.agent.prompt import recover_stable_boundary, stable_tier
+from app.config import Profile
+from app.db.models import SessionRow
+from app.providers.usage import Usage
+
+if TYPE_CHECKING:
+    from app.agent.loop import TurnContext
+
+TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
+
+
+def prefix_is_cold(profile: Profile, session: SessionRow, now: float) -> bool:
+    """The provider's cache has expired since the last call: rewriting history is free."""
+    if session.last_call_at is None:
+        return False
+    return now - session.last_call_at > TTL_SECONDS[profile.cache_ttl]
+
+
+async def preflight(
+    ctx: TurnContext, summarise: Summariser, *, turn_start: bool, force: bool = False
+) -> int:
+    """Prune (only where it is free), compact when the projection crosses the threshold,
+    and return the rough size of the request about to be sent (the calibration pair)."""
+    comp = ctx.compressor
+    if comp is None:
+        return 0
+    store, profile = ctx.store, ctx.profile
+    session = store.get_session(session_id=ctx.session_id)
+    assert session is not None
+    rows = store.active_messages(session_id=ctx.session_id)
+    cold = turn_start and prefix_is_cold(profile, session, time.time())
+    if (profile.prune_mid_burst or cold) and comp.prune(
+        store, session, profile, lease=ctx.lease, rows=rows
+    ):
+        session = store.get_session(session_id=ctx.session_id)
+        assert session is not None
+        rows = store.active_messages(session_id=ctx.session_id)
+    rough = comp.estimate(session, rows)
+    if force or comp.needs_compaction(store, session, profile, rough):
+        prompt = await comp.compact(
+            store,
+            session,
+            profile,
+            lease=ctx.lease,
+            rows=rows,
+            summarise=summarise,
+            rebuild_prompt=ctx.rebuild_prompt,
+        )
+        if prompt is not None:
+            ctx.system_prompt = prompt
+            names = [spec.name for spec in ctx.tool_specs]
+            ctx.stable_len = recover_stable_boundary(prompt, stable_tier(profile, names))
+            session = store.get_session(session_id=ctx.session_id)
+            assert session is not None
+            rough = comp.estimate(session, store.active_messages(session_id=ctx.session_id))
+    return int(rough)
+
+
+def observe(ctx: TurnContext, *, rough_at_call: int, usage: Usage | None) -> None:
+    if ctx.compressor is None:
+        return
+    session = ctx.store.get_session(session_id=ctx.session_id)
+    if session is None:
+        return
+    observe_response(
+        ctx.store,
+        session,
+        rough_at_call=rough_at_call,
+        usage=usage,
+        threshold=threshold_tokens(ctx.profile),
+    )
