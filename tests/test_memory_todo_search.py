@@ -333,8 +333,9 @@ def test_state_tools_register_with_their_toolsets(store: Store, tmp_path: Path) 
         "session_search": ("core", True),
         "memory": ("memory", False),
         "todo": ("core", False),
+        "recall": ("core", True),
     }
     registry = ToolRegistry(state_tools())
-    assert registry.names(["core"]) == ["session_search", "todo"]
+    assert registry.names(["core"]) == ["recall", "session_search", "todo"]
     outcome = asyncio.run(registry.invoke(tools["todo"], {"action": "bogus"}, ctx(tmp_path, store)))
     assert outcome.is_error and "action must be" in outcome.content

@@ -112,7 +112,10 @@ def threshold_tokens(profile: Profile) -> int:
 
 
 def tail_budget(profile: Profile) -> int:
-    return max(10_000, min(25_000, int(profile.context_window * 0.025)))
+    """max(10K, min(25K, 2.5 % of the window)), but never more than a third of the
+    threshold: on a small window a 10K tail alone would leave compaction ineffective."""
+    budget = max(10_000, min(25_000, int(profile.context_window * 0.025)))
+    return min(budget, threshold_tokens(profile) // 3)
 
 
 @dataclass
