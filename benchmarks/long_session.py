@@ -15,7 +15,9 @@ tools) gets an echo of its prompt, so summary calls never consume or break a scr
 are told apart by the summariser's system prompt in the recorded requests.
 
 Cost is the ledger's `cost_usd` summed (claude-sonnet-4-5 at genai-prices rates, Anthropic
-wire with cache markers, input and output). Prints figures; asserts nothing.
+wire with cache markers, input and output). The demo policy's summaries are short echoes
+(about 70 tokens), so summary output cost and the post-compaction prompt are lower than with
+a real summariser. Prints figures; asserts nothing.
 
     .venv/bin/python benchmarks/long_session.py [--multiple 5] [--keep]
 """
@@ -107,10 +109,6 @@ class Turn:
     """What the tool returns (approximately: the file plus read_file's line numbers)."""
 
     @property
-    def content(self) -> str:
-        return self.user + self.tool_text
-
-    @property
     def billed(self) -> int:
         return count_tokens(self.user) + count_tokens(self.tool_text)
 
@@ -188,6 +186,7 @@ class Result:
     prompts_after_compaction: list[int] = field(default_factory=list)
     log_lines: list[str] = field(default_factory=list)
     log_path: Path | None = None
+    notes: list[str] = field(default_factory=list)
     elapsed: float = 0.0
 
 
@@ -230,6 +229,13 @@ def _tally(result: Result, db: Path, sid: str, bodies: list[dict[str, Any]]) -> 
     result.model_summary_calls = sum(summary_flags)
     # The ledger and the simulator's log are the same calls in the same order.
     aligned = len(calls) == len(bodies)
+    if not aligned:
+        result.notes.append(f"{len(calls)} ledger rows for {len(bodies)} requests")
+        result.summary_cost = None
+    if result.summary_rows != result.compactions:
+        result.notes.append(
+            f"{result.summary_rows} summary rows for {result.compactions} compactions"
+        )
     for index, (fresh, read, write, output, cost, outcome) in enumerate(calls):
         prompt = fresh + read + write
         result.prompt_tokens += prompt
@@ -400,8 +406,8 @@ def _report(turns: list[Turn], results: list[Result], threshold: int, keep: bool
         f"cost {_ratio(unc.cost, cal.cost)}"
     )
     for result in results:
-        for failure in result.failed_turns[:5]:
-            print(f"[{result.label}] {failure}")
+        for problem in [*result.notes, *result.failed_turns[:5]]:
+            print(f"[{result.label}] {problem}")
         warnings = [line for line in result.log_lines if " INFO " not in line]
         if warnings:
             print(f"[{result.label}] compressor warnings ({len(warnings)}), first 5:")
