@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +35,7 @@ from app.providers.factory import build_provider
 from app.providers.openai_chat import OpenAIChatProvider
 from app.providers.retry import stream_with_retry
 from app.providers.usage import Usage
-from tests.support.sim import Simulator, start_simulator
+from tests.support.sim import Simulator
 
 KEY = "sim-key-openai-0123456789"
 READ = ToolSpec(
@@ -44,22 +44,6 @@ READ = ToolSpec(
     {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
 )
 LONG_SYSTEM = "You are a careful assistant who reads files before answering. " * 200
-
-
-@pytest.fixture(scope="module")
-def own_simulator() -> Iterator[Simulator]:
-    running = start_simulator()
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
-@pytest.fixture
-def sim(own_simulator: Simulator) -> Simulator:
-    """This module's simulator, reset for the test (its own process: no shared state)."""
-    own_simulator.reset()
-    return own_simulator
 
 
 @pytest.fixture

@@ -64,8 +64,10 @@ SUMMARISER_SYSTEM = (
     "constraints and identifiers exactly."
 )
 
-SUMMARY_TEMPLATE = """Summarise the conversation excerpt below for the agent itself. Use exactly
-these headings, each followed by terse bullet points (write "none" when empty):
+SUMMARY_TEMPLATE = """Summarise the conversation excerpt below for the agent itself. If it starts
+with a [previous summary], update that summary: keep what still holds, fold in what is new,
+drop what was superseded. Use exactly these headings, each followed by terse bullet points
+(write "none" when empty):
 
 ## Goal
 ## Constraints (verbatim)

@@ -92,6 +92,22 @@ class ApiCallRecord:
     cache_break: str | None = None
 
 
+def _message_row(m: NewMessage, *, session_id: str, turn_id: str | None) -> MessageRow:
+    return MessageRow(
+        session_id=session_id,
+        turn_id=turn_id,
+        role=m.role,
+        content=m.content,
+        api_content=m.api_content,
+        tool_calls=json.dumps(list(m.tool_calls)) if m.tool_calls else None,
+        tool_call_id=m.tool_call_id,
+        tool_name=m.tool_name,
+        is_error=m.is_error,
+        reasoning=m.reasoning,
+        kind=m.kind,
+    )
+
+
 def _stored(row: MessageRow) -> StoredMessage:
     assert row.id is not None
     calls: tuple[dict[str, str], ...] = tuple(json.loads(row.tool_calls)) if row.tool_calls else ()
@@ -233,22 +249,7 @@ class Store:
         turn_id: str | None,
         messages: Sequence[NewMessage],
     ) -> list[int]:
-        rows = [
-            MessageRow(
-                session_id=session_id,
-                turn_id=turn_id,
-                role=m.role,
-                content=m.content,
-                api_content=m.api_content,
-                tool_calls=json.dumps(list(m.tool_calls)) if m.tool_calls else None,
-                tool_call_id=m.tool_call_id,
-                tool_name=m.tool_name,
-                is_error=m.is_error,
-                reasoning=m.reasoning,
-                kind=m.kind,
-            )
-            for m in messages
-        ]
+        rows = [_message_row(m, session_id=session_id, turn_id=turn_id) for m in messages]
         with self._tx() as db:
             self._fenced(db, session_id=session_id, lease=lease)
             db.add_all(rows)
@@ -294,21 +295,7 @@ class Store:
                     ),
                     {"sid": session_id},
                 )
-            db.add_all(
-                MessageRow(
-                    session_id=session_id,
-                    role=m.role,
-                    content=m.content,
-                    api_content=m.api_content,
-                    tool_calls=json.dumps(list(m.tool_calls)) if m.tool_calls else None,
-                    tool_call_id=m.tool_call_id,
-                    tool_name=m.tool_name,
-                    is_error=m.is_error,
-                    reasoning=m.reasoning,
-                    kind=m.kind,
-                )
-                for m in insert
-            )
+            db.add_all(_message_row(m, session_id=session_id, turn_id=None) for m in insert)
             session = db.get(SessionRow, session_id)
             assert session is not None
             for key, value in session_updates.items():
