@@ -126,3 +126,20 @@ def test_api_calls_roll_up_into_the_session(store: Store) -> None:
     rows, total = store.api_calls(session_id="s1", limit=1, offset=1)
     assert total == 2 and rows[0].cost_usd is None
     assert store.spent_by_owner(owner="k1") == (Decimal("0.25"), 1)
+
+
+def test_an_older_database_gains_new_columns(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    con = sqlite3.connect(db)
+    con.execute(
+        "CREATE TABLE session (id VARCHAR PRIMARY KEY, owner VARCHAR NOT NULL, "
+        "profile VARCHAR NOT NULL, system_prompt VARCHAR NOT NULL)"
+    )
+    con.execute("INSERT INTO session VALUES ('s_old', 'k', 'courier', 'sys')")
+    con.commit()
+    con.close()
+    store = Store.open(db)
+    session = store.get_session(session_id="s_old")
+    assert session is not None
+    assert session.compactions == 0 and session.tool_snapshot == "[]"
+    assert session.verdict_pending is False and session.anchor_rough is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Connection, Engine, event, text
 from sqlmodel import SQLModel, create_engine
 
 import app.db.tool_models  # noqa: F401  (registers the tools' tables too)
@@ -53,6 +53,31 @@ def make_engine(db_path: Path) -> Engine:
     event.listen(engine, "connect", _on_connect)
     SQLModel.metadata.create_all(engine)
     with engine.begin() as conn:
+        _add_missing_columns(conn)
         for ddl in _FTS_DDL:
             conn.execute(text(ddl))
     return engine
+
+
+def _add_missing_columns(conn: Connection) -> None:
+    """Additive migration: a column a newer version added is created with its default.
+
+    `create_all` only creates missing tables, so without this a data directory from an
+    earlier release would fail on its first query after an upgrade.
+    """
+    for table in SQLModel.metadata.sorted_tables:
+        existing = {row[1] for row in conn.execute(text(f"PRAGMA table_info('{table.name}')"))}
+        for column in table.columns:
+            if column.name in existing:
+                continue
+            ddl = f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" '
+            ddl += column.type.compile(dialect=conn.dialect)
+            default = getattr(column.default, "arg", None)
+            if isinstance(default, bool):
+                ddl += f" NOT NULL DEFAULT {int(default)}"
+            elif isinstance(default, int | float):
+                ddl += f" NOT NULL DEFAULT {default}"
+            elif isinstance(default, str):
+                escaped = default.replace("'", "''")
+                ddl += f" NOT NULL DEFAULT '{escaped}'"
+            conn.execute(text(ddl))
