@@ -227,9 +227,10 @@ def summariser(ctx: TurnContext, state: TurnState) -> Summariser:
                 first_byte = first_byte or time.monotonic()
                 reply = accumulate(reply, event)
         except ProviderError as exc:
-            record_call(ctx, state, Usage(), started, first_byte, exc.kind, None)
+            record_call(ctx, state, Usage(), started, first_byte, exc.kind, None, request.model)
             raise
-        record_call(ctx, state, reply.usage or Usage(), started, first_byte, "ok", None)
+        usage = reply.usage or Usage()
+        record_call(ctx, state, usage, started, first_byte, "ok", None, request.model)
         return reply.text, reply.usage
 
     return summarise
@@ -273,15 +274,17 @@ def record_call(
     first_byte: float | None,
     outcome: str,
     cache_break: str | None,
+    model: str | None = None,
 ) -> None:
+    model = model or ctx.profile.model
     cost = price_usage(
-        usage, model=ctx.profile.model, provider=ctx.profile.provider, override=ctx.price_override
+        usage, model=model, provider=ctx.profile.provider, override=ctx.price_override
     )
     latency_s = time.monotonic() - started
     ttft_s = first_byte - started if first_byte else None
     ctx.metrics.observe_call(
         profile=ctx.profile.name,
-        upstream_model=ctx.profile.model,
+        upstream_model=model,
         usage=usage,
         cost=cost,
         latency_s=latency_s,
@@ -298,7 +301,7 @@ def record_call(
         turn_id=ctx.turn_id,
         call=ApiCallRecord(
             profile=ctx.profile.name,
-            upstream_model=ctx.profile.model,
+            upstream_model=model,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
             cache_read_tokens=usage.cache_read_tokens,
