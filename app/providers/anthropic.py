@@ -28,6 +28,7 @@ from app.providers.base import (
     ToolResultMessage,
     UsageEvent,
     UserMessage,
+    cache_control,
 )
 from app.providers.errors import classify_http_error, classify_stream_error, redact
 from app.providers.usage import usage_from_anthropic
@@ -35,16 +36,12 @@ from app.providers.usage import usage_from_anthropic
 # ---------------------------------------------------------------------------- request body
 
 
-def _cache_control(ttl: str) -> dict[str, str]:
-    return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else {"type": "ephemeral"}
-
-
 def _mark(blocks: list[dict[str, Any]], ttl: str) -> None:
     # The marker goes on the last block emitted so far. When the marked item itself produced
     # no block (empty text), that is the block ending the very same prefix, so the
     # breakpoint lands where it was asked for instead of being dropped.
     if blocks:
-        blocks[-1]["cache_control"] = _cache_control(ttl)
+        blocks[-1]["cache_control"] = cache_control(ttl)
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:
@@ -63,7 +60,7 @@ def _blocks(message: Message, ttl: str) -> tuple[str, list[dict[str, Any]]]:
         case UserMessage(content=text, prefix_cache_at=cut) if cut and 0 < cut < len(text):
             # A registered scaffold: its prefix is cached, the volatile tail is not.
             head: dict[str, Any] = {"type": "text", "text": text[:cut]}
-            head["cache_control"] = _cache_control(ttl)
+            head["cache_control"] = cache_control(ttl)
             return "user", [head, {"type": "text", "text": text[cut:]}]
         case UserMessage(content=text):
             return "user", [{"type": "text", "text": text}] if text else []

@@ -90,6 +90,13 @@ class ModelRequest:
     """`none` keeps the schemas (a transcript with tool calls needs them) but forbids calls."""
 
 
+def cache_control(ttl: str) -> dict[str, str]:
+    """The `cache_control` marker both wires use (natively on Anthropic, on envelope routes
+    over the OpenAI wire). "5m" is the default and stays implicit, keeping the bytes the
+    routes have always seen."""
+    return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else {"type": "ephemeral"}
+
+
 # ---------------------------------------------------------------------------- events
 
 

@@ -32,6 +32,7 @@ from app.providers.base import (
     ToolResultMessage,
     UsageEvent,
     UserMessage,
+    cache_control,
 )
 from app.providers.errors import classify_http_error, classify_stream_error, redact
 from app.providers.usage import usage_from_openai
@@ -41,16 +42,10 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------- request body
 
 
-def _cache_control(ttl: str) -> dict[str, str]:
-    # Only envelope routes (OpenRouter -> Anthropic) read these; "5m" is the default, so it is
-    # left implicit to keep bytes identical to what the route has always seen.
-    return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else {"type": "ephemeral"}
-
-
 def _text_parts(text: str, *, cache: bool, ttl: str) -> list[dict[str, Any]]:
     part: dict[str, Any] = {"type": "text", "text": text}
     if cache:
-        part["cache_control"] = _cache_control(ttl)
+        part["cache_control"] = cache_control(ttl)
     return [part]
 
 
