@@ -26,7 +26,7 @@ from app.agent.tool_snapshot import (
     snapshot_tools,
     specs_from_snapshot,
 )
-from app.agent.turns import SessionBusy, TurnHandle, TurnManager
+from app.agent.turns import LEASE_TTL_S, SessionBusy, TurnHandle, TurnManager, new_lease_token
 from app.config import Profile, Settings
 from app.db.models import SessionRow
 from app.db.store import NewMessage, Store
@@ -202,6 +202,7 @@ class ChatServing:
             instructions=instructions,
             snapshot=snapshot,
         )
+        lease = new_lease_token()
         self.store.create_session(
             session_id=session_id,
             owner=principal.owner,
@@ -209,12 +210,8 @@ class ChatServing:
             system_prompt=prompt,
             tool_snapshot=snapshot,
             client_instructions=instructions,
-        )
-        lease = self.turns.new_lease(session_id)
-        self.store.append_messages(
-            session_id=session_id,
             lease=lease,
-            turn_id=None,
+            lease_ttl_s=LEASE_TTL_S,
             messages=history_rows(request.messages),
         )
         return session_id, lease
@@ -362,6 +359,8 @@ class ChatServing:
         if s.spend_cap_key_daily_usd is not None:
             spent, _ = self.store.spent_by_owner(owner=owner, since=time.time() - DAY_S)
             caps.append(Cap("API key (24h)", s.spend_cap_key_daily_usd, spent))
+        if not caps:
+            return SpendGuard([])
         # Refuse up front when spend cannot be tracked: a cap on an unpriced model would
         # otherwise let a whole upstream call run before the first unknown cost shows up.
         probe = price_usage(

@@ -4,12 +4,14 @@ observation after it. Kept out of the loop so the loop reads like the idea."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.agent.compressor import Summariser, observe_response, threshold_tokens
 from app.agent.prompt import recover_stable_boundary, stable_tier
 from app.config import Profile
 from app.db.models import SessionRow
+from app.db.store import StoredMessage
 from app.providers.usage import Usage
 
 if TYPE_CHECKING:
@@ -25,18 +27,25 @@ def prefix_is_cold(profile: Profile, session: SessionRow, now: float) -> bool:
     return now - session.last_call_at > TTL_SECONDS[profile.cache_ttl]
 
 
+@dataclass(frozen=True, slots=True)
+class Preflight:
+    rough: int
+    """Our rough size of the request about to be sent: half of the calibration pair."""
+    session: SessionRow
+    rows: list[StoredMessage]
+    """The live log the request is projected from, read once per upstream call."""
+
+
 async def preflight(
     ctx: TurnContext, summarise: Summariser, *, turn_start: bool, force: bool = False
-) -> int:
-    """Prune (only where it is free), compact when the projection crosses the threshold,
-    and return the rough size of the request about to be sent (the calibration pair)."""
-    comp = ctx.compressor
-    if comp is None:
-        return 0
-    store, profile = ctx.store, ctx.profile
+) -> Preflight:
+    """Prune (only where it is free) and compact when the projection crosses the threshold."""
+    store, profile, comp = ctx.store, ctx.profile, ctx.compressor
     session = store.get_session(session_id=ctx.session_id)
     assert session is not None
     rows = store.active_messages(session_id=ctx.session_id)
+    if comp is None:
+        return Preflight(0, session, rows)
     cold = turn_start and prefix_is_cold(profile, session, time.time())
     if (profile.prune_mid_burst or cold) and comp.prune(
         store, session, profile, lease=ctx.lease, rows=rows
@@ -61,8 +70,9 @@ async def preflight(
             ctx.stable_len = recover_stable_boundary(prompt, stable_tier(profile, names))
             session = store.get_session(session_id=ctx.session_id)
             assert session is not None
-            rough = comp.estimate(session, store.active_messages(session_id=ctx.session_id))
-    return int(rough)
+            rows = store.active_messages(session_id=ctx.session_id)
+            rough = comp.estimate(session, rows)
+    return Preflight(rough, session, rows)
 
 
 def observe(ctx: TurnContext, *, rough_at_call: int, usage: Usage | None) -> None:

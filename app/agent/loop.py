@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +28,7 @@ from app.agent.projection import project
 from app.agent.repair import close_unanswered_calls
 from app.agent.tool_step import BatchRunner, repair_calls
 from app.config import Profile
-from app.db.store import ApiCallRecord, LeaseLost, NewMessage, Store
+from app.db.store import ApiCallRecord, LeaseLost, NewMessage, Store, StoredMessage
 from app.metrics import Metrics
 from app.providers.base import (
     ModelRequest,
@@ -182,9 +182,9 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
 
 async def call_model(ctx: TurnContext, state: TurnState, *, final: bool) -> Reply:
     """One upstream call: build the request, stream it, record usage and cost."""
-    rough = await preflight(ctx, summariser(ctx, state), turn_start=state.calls == 0)
-    request = build_request(ctx, final=final)
-    cache_break = pending_cache_break(ctx)
+    checked = await preflight(ctx, summariser(ctx, state), turn_start=state.calls == 0)
+    request = build_request(ctx, checked.rows, final=final)
+    cache_break = checked.session.pending_cache_break
     started = time.monotonic()
     first_byte: float | None = None
     state.in_flight = Reply()
@@ -211,7 +211,7 @@ async def call_model(ctx: TurnContext, state: TurnState, *, final: bool) -> Repl
         raise
     reply = state.in_flight
     record_call(ctx, state, reply.usage or Usage(), started, first_byte, "ok", cache_break)
-    observe(ctx, rough_at_call=rough, usage=reply.usage)
+    observe(ctx, rough_at_call=checked.rough, usage=reply.usage)
     return reply
 
 
@@ -236,14 +236,8 @@ def summariser(ctx: TurnContext, state: TurnState) -> Summariser:
     return summarise
 
 
-def pending_cache_break(ctx: TurnContext) -> str | None:
-    """Why this request deliberately breaks the cached prefix (recorded in the ledger)."""
-    session = ctx.store.get_session(session_id=ctx.session_id)
-    return session.pending_cache_break if session else None
-
-
-def build_request(ctx: TurnContext, *, final: bool) -> ModelRequest:
-    messages = project(ctx.store.active_messages(session_id=ctx.session_id))
+def build_request(ctx: TurnContext, rows: Sequence[StoredMessage], *, final: bool) -> ModelRequest:
+    messages = project(rows)
     if final:
         # Appended after the cached prefix, so the last call costs no cache break.
         messages = (*messages, UserMessage(FINAL_ANSWER_NOTE))

@@ -22,6 +22,10 @@ LEASE_TTL_S = 6 * 3600.0
 """Long enough for any turn; a crashed process's leases are cleared at the next start."""
 
 
+def new_lease_token() -> str:
+    return secrets.token_hex(16)
+
+
 class SessionBusy(Exception):
     """Another turn holds the session's lease."""
 
@@ -78,7 +82,7 @@ class TurnManager:
         self.running: dict[str, TurnHandle] = {}
 
     def new_lease(self, session_id: str) -> str:
-        lease = secrets.token_hex(16)
+        lease = new_lease_token()
         if not self.store.acquire_lease(session_id=session_id, lease=lease, ttl_s=LEASE_TTL_S):
             raise SessionBusy(session_id)
         return lease

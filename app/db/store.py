@@ -166,7 +166,12 @@ class Store:
         system_prompt: str,
         tool_snapshot: str = "[]",
         client_instructions: Sequence[str] = (),
+        lease: str | None = None,
+        lease_ttl_s: float = 0.0,
+        messages: Sequence[NewMessage] = (),
     ) -> SessionRow:
+        """Create a session, optionally already leased and holding its first messages, in
+        one transaction: a crash can never leave a half-made session behind."""
         row = SessionRow(
             id=session_id,
             owner=owner,
@@ -174,9 +179,13 @@ class Store:
             system_prompt=system_prompt,
             tool_snapshot=tool_snapshot,
             client_instructions=json.dumps(list(client_instructions)),
+            lease=lease,
+            lease_expires_at=time.time() + lease_ttl_s if lease else None,
         )
         with self._tx() as db:
             db.add(row)
+            db.flush()
+            db.add_all(_message_row(m, session_id=session_id, turn_id=None) for m in messages)
         return row
 
     def set_tool_snapshot(self, *, session_id: str, lease: str, snapshot: str, reason: str) -> None:
