@@ -150,11 +150,29 @@ class ChatServing:
         )
 
     def start(
-        self, request: ChatCompletionRequest, principal: Principal, session_id: str | None
+        self,
+        request: ChatCompletionRequest,
+        principal: Principal,
+        session_id: str | None,
+        *,
+        idempotency: tuple[str, str] | None = None,
     ) -> StartedTurn:
-        """Validate, refuse what caps forbid before writing anything, then start the turn."""
+        """Validate, refuse what caps forbid before writing anything, then start the turn.
+
+        `idempotency` is (key, digest of the request body): a retry carrying a key seen
+        recently reattaches to that turn instead of running its side effects again.
+        """
         check_supported(request)
         profile = self.resolve_profile(request.model)
+        if idempotency is not None and (seen := self.turns.find(principal.owner, idempotency[0])):
+            if seen.request_digest != idempotency[1]:
+                raise ApiError(
+                    409,
+                    "this Idempotency-Key was used for a different request",
+                    param="Idempotency-Key",
+                    code="idempotency_key_reused",
+                )
+            return StartedTurn(handle=seen, session_id=seen.session_id, profile=profile)
         session = self._owned_session(principal, session_id) if session_id else None
         owner = session.owner if session else principal.owner
         spend = self.spend_guard(request, profile, owner=owner, session=session)
@@ -167,6 +185,8 @@ class ChatServing:
         try:
             ctx = self._context(request, profile, sid, owner, lease, spend)
             handle = self.turns.start(lambda _handle: ctx)
+            if idempotency is not None:
+                self.turns.remember(handle, principal.owner, *idempotency)
         except BaseException:
             self.store.release_lease(session_id=sid, lease=lease)
             raise

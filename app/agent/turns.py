@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 
 from app.agent.events import TurnEvent, TurnFinished
@@ -30,6 +32,13 @@ class SessionBusy(Exception):
     """Another turn holds the session's lease."""
 
 
+REATTACH_GRACE_S = 3.0
+"""How long a turn started with an idempotency key outlives its client: long enough for a
+voice cockpit's retry to reattach instead of running the turn's side effects twice."""
+IDEMPOTENCY_TTL_S = 600.0
+MAX_REMEMBERED = 10_000
+
+
 class TurnHandle:
     def __init__(self, turn_id: str, session_id: str) -> None:
         self.turn_id = turn_id
@@ -37,6 +46,13 @@ class TurnHandle:
         self._history: list[TurnEvent] = []
         self._queues: list[asyncio.Queue[TurnEvent]] = []
         self.task: asyncio.Task[TurnFinished] | None = None
+        self.idempotency: tuple[str, str] | None = None
+        """(owner, key) when the client sent an Idempotency-Key; set by the manager."""
+        self.request_digest = ""
+        self.completion_id = ""
+        self.created = 0
+        """The completion's identity, reused by every reattached response."""
+        self.finished_at: float | None = None
 
     def publish(self, event: TurnEvent) -> None:
         self._history.append(event)
@@ -70,6 +86,18 @@ class TurnHandle:
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
+    def abandon(self) -> None:
+        """The client went away. Without an idempotency key nobody can come back, so stop
+        now; with one, wait briefly for a retry to reattach before cancelling."""
+        if self.idempotency is None:
+            self.cancel()
+            return
+        asyncio.get_running_loop().call_later(REATTACH_GRACE_S, self._cancel_if_unwatched)
+
+    def _cancel_if_unwatched(self) -> None:
+        if not self._queues:
+            self.cancel()
+
     async def wait(self) -> TurnFinished:
         assert self.task is not None
         return await asyncio.shield(self.task)
@@ -79,7 +107,25 @@ class TurnManager:
     def __init__(self, store: Store, metrics: Metrics) -> None:
         self.store = store
         self.metrics = metrics
+        self._by_key: OrderedDict[tuple[str, str], TurnHandle] = OrderedDict()
         self.running: dict[str, TurnHandle] = {}
+
+    def find(self, owner: str, key: str) -> TurnHandle | None:
+        """A running or recently finished turn started with this idempotency key."""
+        now = time.monotonic()
+        while self._by_key:
+            oldest = next(iter(self._by_key.values()))
+            if oldest.finished_at is None or now - oldest.finished_at < IDEMPOTENCY_TTL_S:
+                break
+            self._by_key.popitem(last=False)
+        return self._by_key.get((owner, key))
+
+    def remember(self, handle: TurnHandle, owner: str, key: str, digest: str) -> None:
+        handle.idempotency = (owner, key)
+        handle.request_digest = digest
+        self._by_key[(owner, key)] = handle
+        while len(self._by_key) > MAX_REMEMBERED:
+            self._by_key.popitem(last=False)
 
     def new_lease(self, session_id: str) -> str:
         lease = new_lease_token()
@@ -121,6 +167,7 @@ class TurnManager:
                 self.store.release_lease(session_id=ctx.session_id, lease=ctx.lease)
             except Exception:
                 log.exception("turn %s: could not close the turn record", handle.turn_id)
+            handle.finished_at = time.monotonic()
             if finished is not None:
                 handle.publish(finished)
 

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from app.agent.events import ToolFinished, ToolStarted, TurnError, TurnFinished
+from app.agent.turns import TurnHandle
 from app.protocol.openai import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -79,6 +80,13 @@ class CompletionRenderer:
         self.created = int(time.time())
         self.model = model
         self.include_usage = include_usage
+
+    def adopt(self, handle: TurnHandle) -> None:
+        """Share one identity per turn: a reattached retry sees the same id and created."""
+        if handle.completion_id:
+            self.id, self.created = handle.completion_id, handle.created
+        else:
+            handle.completion_id, handle.created = self.id, self.created
 
     def completion(self, text: str, finished: TurnFinished) -> dict[str, Any]:
         body = ChatCompletion(

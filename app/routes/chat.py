@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import AsyncIterator
 
@@ -39,16 +40,28 @@ def parse_request(body: bytes) -> ChatCompletionRequest:
         raise validation_error(exc) from None
 
 
+def idempotency(request: Request, body: bytes) -> tuple[str, str] | None:
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return None
+    if not 1 <= len(key) <= 255:
+        raise ApiError(400, "Idempotency-Key must be 1-255 characters", param="Idempotency-Key")
+    return key, hashlib.sha256(body).hexdigest()
+
+
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request, state: StateDep, principal: PrincipalDep) -> Response:
     body = await read_limited_body(request, state.settings.max_body_bytes)
     chat = parse_request(body)
     session_header = request.headers.get("x-session-id") or chat.session_id
-    started = state.chat.start(chat, principal, session_header)
+    started = state.chat.start(
+        chat, principal, session_header, idempotency=idempotency(request, body)
+    )
     headers = {"X-Session-Id": started.session_id}
     renderer = CompletionRenderer(
         chat.model, include_usage=bool(chat.stream_options and chat.stream_options.include_usage)
     )
+    renderer.adopt(started.handle)
     if chat.stream:
         opted_in = "tools" in request.headers.get("x-courier-events", "").lower().split(",")
         return EventSourceResponse(
@@ -72,7 +85,7 @@ async def json_completion(
             elif isinstance(event, TurnFinished):
                 finished = event
     except asyncio.CancelledError:
-        handle.cancel()
+        handle.abandon()
         raise
     assert finished is not None
     headers = {
@@ -125,5 +138,6 @@ async def sse_frames(
     finally:
         handle.unsubscribe(queue)
         if not finished:
-            # The client went away (a voice interruption, a closed tab): stop the work.
-            handle.cancel()
+            # The client went away (a voice interruption, a closed tab): stop the work,
+            # unless an idempotency key lets a retry reattach within the grace period.
+            handle.abandon()
