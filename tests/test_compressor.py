@@ -361,3 +361,27 @@ def test_an_effective_verdict_resets_strikes(store: Store) -> None:
     store.update_session(session_id=SID, compaction_strikes=1, verdict_pending=True)
     _verdict(store, 100)
     assert _session(store).compaction_strikes == 0
+
+
+async def test_a_summary_skipped_for_spend_is_streak_neutral(store: Store) -> None:
+    from app.agent.compressor import SummarySkipped
+
+    for n in range(30):
+        _exchange(store, n, result_chars=2_000)
+    store.update_session(session_id=SID, fallback_streak=1)
+
+    async def capped(request: ModelRequest) -> tuple[str, Usage | None]:
+        raise SummarySkipped("spend cap")
+
+    await _compressor().compact(
+        store,
+        _session(store),
+        PROFILE,
+        lease=LEASE,
+        rows=store.active_messages(session_id=SID),
+        summarise=capped,
+        rebuild_prompt=lambda: "P",
+    )
+    session = _session(store)
+    assert session.fallback_streak == 1 and session.summary_cooldown_until == 0
+    assert session.verdict_pending

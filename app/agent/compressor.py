@@ -348,6 +348,11 @@ def fallback_summary(rows: Sequence[StoredMessage]) -> str:
 Summariser = Callable[[ModelRequest], Awaitable[tuple[str, Usage | None]]]
 
 
+class SummarySkipped(Exception):
+    """The summariser declined to call the model (a spend cap): says nothing about its
+    health, so the fallback that follows is streak-neutral."""
+
+
 async def model_summary(
     summarise: Summariser, *, model: str, middle: Sequence[StoredMessage]
 ) -> str:
@@ -484,19 +489,7 @@ class Compressor:
             summary = fallback_summary(split.middle)
             updates["fallback_streak"] = session.fallback_streak + 1
         else:
-            try:
-                summary = await model_summary(
-                    summarise, model=profile.summary_model or profile.model, middle=split.middle
-                )
-            except ProviderError as exc:
-                log.warning("session %s: summariser failed (%s)", session.id, exc.kind)
-                summary = ""
-            if summary:
-                updates["fallback_streak"] = 0
-            else:
-                summary = fallback_summary(split.middle)
-                updates["fallback_streak"] = session.fallback_streak + 1
-                updates["summary_cooldown_until"] = self.wall() + SUMMARY_COOLDOWN_S
+            summary, updates = await self._summarise(session, profile, split.middle, summarise)
         new_prompt = rebuild_prompt()
         insert = [NewMessage(role="user", content=SUMMARY_SCAFFOLD + summary, kind="summary")]
         insert += [row.as_new() for row in split.tail]
@@ -523,6 +516,29 @@ class Compressor:
             middle_tokens,
         )
         return new_prompt
+
+    async def _summarise(
+        self,
+        session: SessionRow,
+        profile: Profile,
+        middle: Sequence[StoredMessage],
+        summarise: Summariser,
+    ) -> tuple[str, dict[str, Any]]:
+        """A model summary, or a fallback with the streak and cooldown updates it earns."""
+        model = profile.summary_model or profile.model
+        try:
+            summary = await model_summary(summarise, model=model, middle=middle)
+        except SummarySkipped:
+            return fallback_summary(middle), {}  # says nothing about the summariser
+        except ProviderError as exc:
+            log.warning("session %s: summariser failed (%s)", session.id, exc.kind)
+            summary = ""
+        if summary:
+            return summary, {"fallback_streak": 0}
+        return fallback_summary(middle), {
+            "fallback_streak": session.fallback_streak + 1,
+            "summary_cooldown_until": self.wall() + SUMMARY_COOLDOWN_S,
+        }
 
 
 # ---------------------------------------------------------------------- prune rows

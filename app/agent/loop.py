@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from app.agent.accumulate import Reply, accumulate
 from app.agent.budget import SpendGuard
 from app.agent.cache_planner import StablePrefixRegistry, apply_strategy, effective_ttl
-from app.agent.compressor import OVERFLOW_RETRIES, Compressor, Summariser
+from app.agent.compressor import OVERFLOW_RETRIES, Compressor, Summariser, SummarySkipped
 from app.agent.context_window import observe, preflight
 from app.agent.events import (
     ExitReason,
@@ -220,7 +220,7 @@ def summariser(ctx: TurnContext, state: TurnState) -> Summariser:
 
     async def summarise(request: ModelRequest) -> tuple[str, Usage | None]:
         if ctx.spend.check() is not None:
-            raise ProviderError("bad_request", "spend limit reached; no model summary")
+            raise SummarySkipped("a spend cap is reached; no model summary")
         started, first_byte, reply = time.monotonic(), None, Reply()
         try:
             async for event in stream_with_retry(ctx.provider, request, max_attempts=2):
