@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -15,10 +14,8 @@ from app.providers.base import (
     Finish,
     FinishReason,
     ModelRequest,
-    Provider,
     ProviderError,
     ProviderEvent,
-    ReasoningDelta,
     SamplingParams,
     SystemBlock,
     TextDelta,
@@ -26,12 +23,11 @@ from app.providers.base import (
     ToolCallDelta,
     ToolResultMessage,
     ToolSpec,
-    UsageEvent,
     UserMessage,
 )
 from app.providers.factory import build_provider
 from app.providers.retry import stream_with_retry
-from app.providers.usage import Usage
+from tests.support.provider_stream import fold, run, stream_error
 from tests.support.sim import Simulator
 
 KEY = "sim-key-anthropic-0123456789"
@@ -59,52 +55,6 @@ def _request(*messages: Any, **fields: Any) -> ModelRequest:
     )
 
 
-@dataclass
-class Reply:
-    events: list[ProviderEvent]
-    text: str = ""
-    reasoning: str = ""
-    calls: dict[int, dict[str, str]] = field(default_factory=dict)
-    usage: Usage | None = None
-    raw_usage: dict[str, Any] = field(default_factory=dict)
-    finish: FinishReason | None = None
-
-
-def _fold(events: list[ProviderEvent]) -> Reply:
-    reply = Reply(events)
-    for event in events:
-        match event:
-            case TextDelta(text=text):
-                reply.text += text
-            case ReasoningDelta(text=text):
-                reply.reasoning += text
-            case ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments):
-                call = reply.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
-                call["id"] += call_id or ""
-                call["name"] += name or ""
-                call["arguments"] += arguments
-            case UsageEvent(usage=usage, raw=raw):
-                reply.usage, reply.raw_usage = usage, raw
-            case Finish(reason=reason):
-                reply.finish = reason
-    # The contract: exactly one Finish, last; at most one usage, right before it.
-    assert [type(e) for e in events].count(Finish) == 1 and isinstance(events[-1], Finish)
-    usage_positions = [i for i, e in enumerate(events) if isinstance(e, UsageEvent)]
-    assert usage_positions in ([], [len(events) - 2])
-    return reply
-
-
-async def _run(provider: AnthropicProvider, request: ModelRequest) -> Reply:
-    return _fold([event async for event in provider.stream(request)])
-
-
-async def _error(provider: Provider, request: ModelRequest) -> ProviderError:
-    with pytest.raises(ProviderError) as caught:
-        async for _ in provider.stream(request):
-            pass
-    return caught.value
-
-
 def _body(sim: Simulator) -> dict[str, Any]:
     recorded = sim.requests()
     assert recorded[-1]["path"] == "/v1/messages"
@@ -129,7 +79,7 @@ async def test_text_and_thinking_stream_with_sampling_in_the_body(
     request = _request(
         sampling=SamplingParams(temperature=0.25, top_p=0.5, stop=("STOP",), max_tokens=77)
     )
-    reply = await _run(provider, request)
+    reply = await run(provider, request)
     sim.assert_script_done()
     assert (reply.reasoning, reply.text, reply.finish) == (
         "They greet me.",
@@ -154,7 +104,7 @@ async def test_text_and_thinking_stream_with_sampling_in_the_body(
 
 async def test_default_max_tokens_when_unset(sim: Simulator, provider: AnthropicProvider) -> None:
     sim.script([{"expect": {"max_tokens": 512}, "reply": {"text": "ok"}}])
-    await _run(provider, _request())
+    await run(provider, _request())
     sim.assert_script_done()
 
 
@@ -174,7 +124,7 @@ async def test_tool_call_fragments_reassemble(sim: Simulator, provider: Anthropi
             }
         ]
     )
-    reply = await _run(provider, _request(tools=(READ,)))
+    reply = await run(provider, _request(tools=(READ,)))
     sim.assert_script_done()
     assert (reply.text, reply.finish) == ("Let me look.", "tool_calls")
     assert sorted(reply.calls) == [0, 1]
@@ -208,7 +158,7 @@ async def test_consecutive_tool_results_share_one_user_turn(
         UserMessage("now summarise"),
         tools=(READ,),
     )
-    assert (await _run(provider, request)).text == "Summary."
+    assert (await run(provider, request)).text == "Summary."
     sim.assert_script_done()
     assert _body(sim)["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "read a and b"}]},
@@ -244,7 +194,7 @@ async def test_stop_reasons(
     sim: Simulator, provider: AnthropicProvider, scripted: str, finish: FinishReason
 ) -> None:
     sim.script([{"reply": {"text": "cut short", "finish_reason": scripted}}])
-    assert (await _run(provider, _request())).finish == finish
+    assert (await run(provider, _request())).finish == finish
 
 
 async def test_cache_markers_write_then_read(sim: Simulator, provider: AnthropicProvider) -> None:
@@ -254,8 +204,8 @@ async def test_cache_markers_write_then_read(sim: Simulator, provider: Anthropic
         system=(SystemBlock(LONG_SYSTEM, cache=True), SystemBlock("Today is day 1.")),
         cache_ttl="1h",
     )
-    first = await _run(provider, request)
-    second = await _run(provider, request)
+    first = await run(provider, request)
+    second = await run(provider, request)
     sim.assert_script_done()
     assert first.usage is not None and second.usage is not None
     assert first.usage.cache_write_tokens > 0 and first.usage.cache_read_tokens == 0
@@ -282,7 +232,7 @@ async def test_cache_markers_write_then_read(sim: Simulator, provider: Anthropic
 
 async def test_rate_limit_with_retry_after(sim: Simulator, provider: AnthropicProvider) -> None:
     sim.script([{"fault": {"status": 429, "retry_after": 1}}])
-    error = await _error(provider, _request())
+    error = await stream_error(provider, _request())
     assert (error.kind, error.status, error.retry_after, error.retryable) == (
         "rate_limited",
         429,
@@ -297,7 +247,7 @@ async def test_server_faults(
     sim: Simulator, provider: AnthropicProvider, status: int, kind: str
 ) -> None:
     sim.script([{"fault": {"status": status}}])
-    error = await _error(provider, _request())
+    error = await stream_error(provider, _request())
     assert (error.kind, error.status, error.retryable) == (kind, status, True)
     assert len(sim.requests()) == 1
 
@@ -306,7 +256,7 @@ async def test_overloaded_event_inside_the_stream(
     sim: Simulator, provider: AnthropicProvider
 ) -> None:
     sim.script([{"reply": {"text": "one two three"}, "fault": {"status": 529, "after_events": 4}}])
-    error = await _error(provider, _request())
+    error = await stream_error(provider, _request())
     assert (error.kind, error.retryable) == ("overloaded", True)
 
 
@@ -324,7 +274,7 @@ async def test_dropped_connection_is_stream_dropped(
 
 async def test_context_overflow(sim: Simulator, provider: AnthropicProvider) -> None:
     sim.configure(context_window=100)
-    error = await _error(provider, _request(system=(SystemBlock(LONG_SYSTEM),)))
+    error = await stream_error(provider, _request(system=(SystemBlock(LONG_SYSTEM),)))
     assert (error.kind, error.status, error.should_compress, error.retryable) == (
         "context_overflow",
         400,
@@ -339,7 +289,7 @@ async def test_bad_key_is_auth_and_never_echoed(sim: Simulator) -> None:
     wrong = "sim-wrong-key-999999999"
     adapter = build_provider("anthropic", base_url=sim.base_url, api_key=wrong)
     try:
-        error = await _error(adapter, _request())
+        error = await stream_error(adapter, _request())
     finally:
         await adapter.aclose()
     assert (error.kind, error.status) == ("auth", 401)
@@ -349,7 +299,7 @@ async def test_bad_key_is_auth_and_never_echoed(sim: Simulator) -> None:
 async def test_unreachable_upstream_is_a_connection_error() -> None:
     adapter = AnthropicProvider("http://127.0.0.1:9", KEY, timeout=5)
     try:
-        error = await _error(adapter, _request())
+        error = await stream_error(adapter, _request())
     finally:
         await adapter.aclose()
     assert error.kind == "connection" and error.retryable
@@ -369,6 +319,6 @@ async def test_stream_with_retry_recovers_from_a_429(
 
     events = [e async for e in stream_with_retry(provider, _request(), sleep=no_wait)]
     sim.assert_script_done()
-    assert _fold(events).text == "recovered"
+    assert fold(events).text == "recovered"
     assert sleeps == [1.0]
     assert len(sim.requests()) == 2

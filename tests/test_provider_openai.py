@@ -7,7 +7,6 @@ import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -17,7 +16,6 @@ from app.providers.base import (
     Finish,
     FinishReason,
     ModelRequest,
-    Provider,
     ProviderError,
     ProviderEvent,
     ReasoningDelta,
@@ -35,6 +33,7 @@ from app.providers.factory import build_provider
 from app.providers.openai_chat import OpenAIChatProvider
 from app.providers.retry import stream_with_retry
 from app.providers.usage import Usage
+from tests.support.provider_stream import fold, run, stream_error
 from tests.support.sim import Simulator
 
 KEY = "sim-key-openai-0123456789"
@@ -62,53 +61,6 @@ def _request(*messages: Any, **fields: Any) -> ModelRequest:
     )
 
 
-@dataclass
-class Reply:
-    """The folded stream, plus the raw event order for contract checks."""
-
-    events: list[ProviderEvent]
-    text: str = ""
-    reasoning: str = ""
-    calls: dict[int, dict[str, str]] = field(default_factory=dict)
-    usage: Usage | None = None
-    finish: FinishReason | None = None
-
-
-def _fold(events: list[ProviderEvent]) -> Reply:
-    reply = Reply(events)
-    for event in events:
-        match event:
-            case TextDelta(text=text):
-                reply.text += text
-            case ReasoningDelta(text=text):
-                reply.reasoning += text
-            case ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments):
-                call = reply.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
-                call["id"] += call_id or ""
-                call["name"] += name or ""
-                call["arguments"] += arguments
-            case UsageEvent(usage=usage):
-                reply.usage = usage
-            case Finish(reason=reason):
-                reply.finish = reason
-    # The contract: exactly one Finish, last; at most one usage, right before it.
-    assert [type(e) for e in events].count(Finish) == 1 and isinstance(events[-1], Finish)
-    usage_positions = [i for i, e in enumerate(events) if isinstance(e, UsageEvent)]
-    assert usage_positions in ([], [len(events) - 2])
-    return reply
-
-
-async def _run(provider: OpenAIChatProvider, request: ModelRequest) -> Reply:
-    return _fold([event async for event in provider.stream(request)])
-
-
-async def _error(provider: Provider, request: ModelRequest) -> ProviderError:
-    with pytest.raises(ProviderError) as caught:
-        async for _ in provider.stream(request):
-            pass
-    return caught.value
-
-
 def _body(sim: Simulator) -> dict[str, Any]:
     recorded = sim.requests()
     assert recorded[-1]["path"] == "/v1/chat/completions"
@@ -133,7 +85,7 @@ async def test_text_and_reasoning_stream_with_sampling_in_the_body(
     request = _request(
         sampling=SamplingParams(temperature=0.25, top_p=0.5, stop=("STOP",), max_tokens=77)
     )
-    reply = await _run(provider, request)
+    reply = await run(provider, request)
     sim.assert_script_done()
     assert (reply.reasoning, reply.text, reply.finish) == (
         "They greet me.",
@@ -175,7 +127,7 @@ async def test_tool_call_fragments_reassemble(sim: Simulator, provider: OpenAICh
             }
         ]
     )
-    reply = await _run(provider, _request(tools=(READ,)))
+    reply = await run(provider, _request(tools=(READ,)))
     sim.assert_script_done()
     assert reply.finish == "tool_calls"
     assert sorted(reply.calls) == [0, 1]
@@ -211,7 +163,7 @@ async def test_history_with_tool_calls_and_results_on_the_wire(
         ToolResultMessage("call_a", "read_file", "contents of a"),
         tools=(READ,),
     )
-    assert (await _run(provider, request)).text == "Done."
+    assert (await run(provider, request)).text == "Done."
     sim.assert_script_done()
     assert _body(sim)["messages"][1:] == [
         {"role": "user", "content": "read a"},
@@ -235,7 +187,7 @@ async def test_finish_reasons(
     sim: Simulator, provider: OpenAIChatProvider, finish: FinishReason
 ) -> None:
     sim.script([{"reply": {"text": "cut short", "finish_reason": finish}}])
-    assert (await _run(provider, _request())).finish == finish
+    assert (await run(provider, _request())).finish == finish
 
 
 async def test_usage_reports_cache_reads_on_the_second_identical_call(
@@ -243,8 +195,8 @@ async def test_usage_reports_cache_reads_on_the_second_identical_call(
 ) -> None:
     sim.script([{"reply": {"text": "one"}}, {"reply": {"text": "two"}}])
     request = _request(system=(SystemBlock(LONG_SYSTEM),), prompt_cache_key="session-42")
-    first = (await _run(provider, request)).usage
-    second = (await _run(provider, request)).usage
+    first = (await run(provider, request)).usage
+    second = (await run(provider, request)).usage
     sim.assert_script_done()
     assert first is not None and second is not None
     assert first.cache_read_tokens == 0
@@ -294,7 +246,7 @@ async def test_cache_markers_for_envelope_routes(sim: Simulator) -> None:
 
 async def test_rate_limit_with_retry_after(sim: Simulator, provider: OpenAIChatProvider) -> None:
     sim.script([{"fault": {"status": 429, "retry_after": 1}}])
-    error = await _error(provider, _request())
+    error = await stream_error(provider, _request())
     assert (error.kind, error.status, error.retry_after, error.retryable) == (
         "rate_limited",
         429,
@@ -308,7 +260,7 @@ async def test_server_faults(
     sim: Simulator, provider: OpenAIChatProvider, status: int, kind: str
 ) -> None:
     sim.script([{"fault": {"status": status}}])
-    error = await _error(provider, _request())
+    error = await stream_error(provider, _request())
     assert (error.kind, error.status, error.retryable) == (kind, status, True)
 
 
@@ -334,7 +286,7 @@ async def test_dropped_connection_is_stream_dropped(
 
 async def test_context_overflow(sim: Simulator, provider: OpenAIChatProvider) -> None:
     sim.configure(context_window=100)
-    error = await _error(provider, _request(system=(SystemBlock(LONG_SYSTEM),)))
+    error = await stream_error(provider, _request(system=(SystemBlock(LONG_SYSTEM),)))
     assert (error.kind, error.status, error.should_compress, error.retryable) == (
         "context_overflow",
         400,
@@ -348,7 +300,7 @@ async def test_bad_key_is_auth_and_never_echoed(sim: Simulator) -> None:
     wrong = "sim-wrong-key-999999999"
     adapter = OpenAIChatProvider(f"{sim.base_url}/v1", wrong)
     try:
-        error = await _error(adapter, _request())
+        error = await stream_error(adapter, _request())
     finally:
         await adapter.aclose()
     assert (error.kind, error.status) == ("auth", 401)
@@ -358,7 +310,7 @@ async def test_bad_key_is_auth_and_never_echoed(sim: Simulator) -> None:
 async def test_unreachable_upstream_is_a_connection_error() -> None:
     adapter = OpenAIChatProvider("http://127.0.0.1:9/v1", KEY, timeout=5)
     try:
-        error = await _error(adapter, _request())
+        error = await stream_error(adapter, _request())
     finally:
         await adapter.aclose()
     assert error.kind == "connection" and error.retryable
@@ -378,7 +330,7 @@ async def test_stream_with_retry_recovers_from_a_429(
 
     events = [e async for e in stream_with_retry(provider, _request(), sleep=no_wait)]
     sim.assert_script_done()
-    assert _fold(events).text == "recovered"
+    assert fold(events).text == "recovered"
     assert sleeps == [1.0]
     assert len(sim.requests()) == 2
 
