@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.agent.turns import TurnManager
 from app.config import Settings
+from app.db.stats import count_db_work
 from app.db.store import Store
 from app.metrics import Metrics
 from app.protocol.errors import ApiError, validation_error
@@ -59,6 +60,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if cleared := store.clear_all_leases():
         log.warning("cleared %d turn lease(s) left by a previous process", cleared)
     metrics = Metrics()
+    count_db_work(
+        store.engine, on_commit=metrics.db_commits.inc, on_statement=metrics.db_statements.inc
+    )
     turns = TurnManager(store, metrics)
     providers = build_providers(settings)
     tools = ToolRegistry(
