@@ -146,6 +146,11 @@ class Settings(BaseSettings):
     """Permit a non-loopback bind while tools run unsandboxed on the host (dangerous)."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     keepalive_s: float = Field(default=5.0, gt=0)
+    max_concurrent_turns: int = Field(default=1024, ge=1)
+    """Turns running at once; one more is refused with 503 `server_busy` before it writes."""
+    upstream_max_connections: int | None = Field(default=None, ge=1)
+    """Connections per upstream; None = `max_concurrent_turns`. Never below it: a smaller
+    pool would silently queue streams behind each other."""
     log_level: str = "info"
     spend_cap_key_usd: Decimal | None = Field(default=None, ge=0)
     """Total spend allowed per API key, across all its sessions."""
@@ -221,6 +226,14 @@ class Settings(BaseSettings):
                 'execution; bind 127.0.0.1, use terminal_backend = "sandbox", or set '
                 "COURIER_ALLOW_EXPOSED_HOST_EXEC=1 if you accept that risk"
             )
+        pool = self.upstream_max_connections
+        if pool is not None and pool < self.max_concurrent_turns:
+            raise ValueError(
+                f"COURIER_UPSTREAM_MAX_CONNECTIONS={pool} is below "
+                f"COURIER_MAX_CONCURRENT_TURNS={self.max_concurrent_turns}: turns past the "
+                "pool size would wait for a connection with no error; raise it or lower the "
+                "turn limit"
+            )
         names = [p.name for p in self.all_profiles()]
         if len(names) != len(set(names)):
             raise ValueError(f"profile names must be unique, got {names}")
@@ -246,6 +259,9 @@ class Settings(BaseSettings):
             network=self.tool_network,
             cache_strategy=self.cache_strategy,
         )
+
+    def upstream_pool_size(self) -> int:
+        return self.upstream_max_connections or self.max_concurrent_turns
 
     def all_profiles(self) -> tuple[Profile, ...]:
         return (self.default_profile(), *self.profiles)

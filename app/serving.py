@@ -173,6 +173,13 @@ class ChatServing:
                     code="idempotency_key_reused",
                 )
             return StartedTurn(handle=seen, session_id=seen.session_id, profile=profile)
+        if self.turns.at_capacity():
+            raise ApiError(
+                503,
+                "too many turns are running; retry shortly",
+                code="server_busy",
+                type_="server_error",
+            )
         session = self._owned_session(principal, session_id) if session_id else None
         owner = session.owner if session else principal.owner
         spend = self.spend_guard(request, profile, owner=owner, session=session)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import sqlite3
@@ -43,6 +44,14 @@ WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel
 
 def text_of(words: int) -> str:
     return " ".join(WORDS[i % len(WORDS)] for i in range(words)) + "."
+
+
+def has_content(line: str) -> bool:
+    """An SSE data line whose chunk carries non-empty delta content (either server's)."""
+    if not line.startswith("data: {") or '"content"' not in line:
+        return False
+    choices = json.loads(line[6:]).get("choices") or [{}]
+    return bool(choices[0].get("delta", {}).get("content"))
 
 
 def cpu_s(pid: int) -> float:
@@ -225,7 +234,7 @@ def _first_token(client: httpx.Client, url: str, auth: dict[str, str], model: st
     with client.stream("POST", url, json=body, headers=auth) as resp:
         resp.raise_for_status()
         for line in resp.iter_lines():
-            if ttft is None and '"content":"' in line and '"content":""' not in line:
+            if ttft is None and has_content(line):
                 ttft = time.perf_counter() - started
     if ttft is None:
         raise RuntimeError("stream ended without content")
@@ -249,7 +258,7 @@ async def _loaded(
                 ttft = None
                 async with client.stream("POST", url, json=body, headers=auth) as resp:
                     async for line in resp.aiter_lines():
-                        if ttft is None and '"content":"' in line and '"content":""' not in line:
+                        if ttft is None and has_content(line):
                             ttft = time.perf_counter() - started
                 if ttft is not None:
                     samples.append(ttft)
@@ -319,7 +328,7 @@ async def _open_streams(rig: Rig, count: int, wait_s: float) -> tuple[int, float
             nonlocal live
             async with client.stream("POST", rig.url, json=body, headers=rig.auth) as resp:
                 async for line in resp.aiter_lines():
-                    if '"content":"' in line and '"content":""' not in line:
+                    if has_content(line):
                         live += 1
                         if live == count:
                             all_live.set()

@@ -104,9 +104,10 @@ class TurnHandle:
 
 
 class TurnManager:
-    def __init__(self, store: Store, metrics: Metrics) -> None:
+    def __init__(self, store: Store, metrics: Metrics, *, max_running: int = 1024) -> None:
         self.store = store
         self.metrics = metrics
+        self.max_running = max_running
         self._by_key: OrderedDict[tuple[str, str], TurnHandle] = OrderedDict()
         self.running: dict[str, TurnHandle] = {}
 
@@ -126,6 +127,10 @@ class TurnManager:
         self._by_key[(owner, key)] = handle
         while len(self._by_key) > MAX_REMEMBERED:
             self._by_key.popitem(last=False)
+
+    def at_capacity(self) -> bool:
+        """As many turns run as the upstream pool was sized for; one more would queue."""
+        return len(self.running) >= self.max_running
 
     def new_lease(self, session_id: str) -> str:
         lease = new_lease_token()
