@@ -298,7 +298,8 @@ class ChatServing:
         return TurnContext(
             store=self.store,
             provider=self.providers[profile.name],
-            tools=self.tools,
+            # The snapshot is the allowlist: a hidden tool is an unknown tool to this turn.
+            tools=self.tools.restricted_to(snapshot_names(snapshot)),
             profile=profile,
             session_id=session_id,
             owner=owner,

@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import random
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -369,46 +368,49 @@ def bench_rss(rig: Rig, count: int, wait_s: float) -> None:
 
 
 def build_search_db(path: Path, rows: int, owners: int, per_session: int) -> None:
-    """A database of `rows` messages over `owners` keys, made by the app's own schema."""
+    """A database of `rows` messages over `owners` keys, made by the app's own schema
+    (SQLAlchemy Core inserts on the SQLModel tables, so column defaults apply)."""
     sys.path.insert(0, str(REPO_ROOT))
+    from app.db.models import MessageRow, SessionRow
     from app.db.store import Store
 
-    Store.open(path).close()
+    store = Store.open(path)
     rng = random.Random(7)
     vocab = [f"w{i:04d}" for i in range(5000)]
-    db = sqlite3.connect(path)
     sessions = rows // per_session
-    db.executemany(
-        "INSERT INTO session (id, owner, profile, system_prompt, tool_snapshot,"
-        " client_instructions, started_at, updated_at) VALUES (?, ?, 'courier', '', '[]',"
-        " '[]', ?, ?)",
-        [(f"s{i:07d}", f"owner{i % owners:04d}", 1e9 + i, 1e9 + i) for i in range(sessions)],
-    )
-    batch: list[tuple[str, str, str]] = []
-    for i in range(rows):
-        words = rng.choices(vocab, k=12)
-        if i % 10 == 0:
-            words.append("deploy")  # a common term: 10 % of all rows, every owner
-        if i % 100_000 == 0:
-            words.append("zebracorn")  # a rare one
-        batch.append(
-            (f"s{i // per_session:07d}", "user" if i % 2 == 0 else "assistant", " ".join(words))
+    session_table = SessionRow.__table__  # type: ignore[attr-defined]
+    message_table = MessageRow.__table__  # type: ignore[attr-defined]
+    with store.engine.begin() as conn:
+        conn.execute(
+            session_table.insert(),
+            [
+                {
+                    "id": f"s{i:07d}",
+                    "owner": f"owner{i % owners:04d}",
+                    "profile": "courier",
+                    "system_prompt": "",
+                    "started_at": 1e9 + i,
+                }
+                for i in range(sessions)
+            ],
         )
-        if len(batch) == 50_000:
-            db.executemany(
-                "INSERT INTO message (session_id, role, content, is_error, active,"
-                " compacted, created_at) VALUES (?, ?, ?, 0, 1, 0, 0)",
-                batch,
+        batch: list[dict[str, Any]] = []
+        for i in range(rows):
+            words = rng.choices(vocab, k=12)
+            if i % 10 == 0:
+                words.append("deploy")  # a common term: 10 % of all rows, every owner
+            if i % 100_000 == 0:
+                words.append("zebracorn")  # a rare one
+            role = "user" if i % 2 == 0 else "assistant"
+            batch.append(
+                {"session_id": f"s{i // per_session:07d}", "role": role, "content": " ".join(words)}
             )
-            batch.clear()
-    if batch:
-        db.executemany(
-            "INSERT INTO message (session_id, role, content, is_error, active,"
-            " compacted, created_at) VALUES (?, ?, ?, 0, 1, 0, 0)",
-            batch,
-        )
-    db.commit()
-    db.close()
+            if len(batch) == 50_000:
+                conn.execute(message_table.insert(), batch)
+                batch.clear()
+        if batch:
+            conn.execute(message_table.insert(), batch)
+    store.close()
 
 
 def bench_search(rows: int, repeats: int) -> None:
