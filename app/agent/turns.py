@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 
 from app.agent.events import TurnEvent, TurnFinished
 from app.agent.loop import TurnContext, run_turn
+from app.agent.turn_log import log_turn
 from app.db.store import Store
 from app.metrics import Metrics
 
@@ -153,6 +154,7 @@ class TurnManager:
 
     async def _run(self, ctx: TurnContext, handle: TurnHandle) -> TurnFinished:
         finished: TurnFinished | None = None
+        started = time.monotonic()
         self.metrics.in_flight.inc()
         try:
             finished = await run_turn(ctx)
@@ -173,6 +175,13 @@ class TurnManager:
             except Exception:
                 log.exception("turn %s: could not close the turn record", handle.turn_id)
             handle.finished_at = time.monotonic()
+            log_turn(
+                turn_id=handle.turn_id,
+                session_id=ctx.session_id,
+                profile=ctx.profile.name,
+                finished=finished,
+                started=started,
+            )
             if finished is not None:
                 handle.publish(finished)
 

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
-from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
 from app.agent.turns import TurnHandle
@@ -18,6 +17,7 @@ from app.protocol.errors import ApiError, validation_error
 from app.protocol.openai import ChatCompletionRequest
 from app.protocol.render import CompletionRenderer, error_payload, tool_event_payload
 from app.routes.deps import PrincipalDep, StateDep, read_limited_body
+from app.routes.event_stream import EventSourceResponse, ServerSentEvent
 
 router = APIRouter()
 
@@ -116,7 +116,13 @@ async def sse_frames(
     try:
         while True:
             try:
-                event = await asyncio.wait_for(queue.get(), timeout=keepalive_s)
+                # No task per event (3.11's wait_for makes one): a ready event is taken at
+                # once, and a wait is a timer on this task.
+                if queue.empty():
+                    async with asyncio.timeout(keepalive_s):
+                        event = await queue.get()
+                else:
+                    event = queue.get_nowait()
             except TimeoutError:
                 yield ServerSentEvent(comment="keepalive")
                 continue
