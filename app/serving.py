@@ -185,18 +185,21 @@ class ChatServing:
         spend = self.spend_guard(request, profile, owner=owner, session=session)
         if (refusal := spend.check()) is not None:
             raise ApiError(refusal.status, refusal.message, code=refusal.code, type_=refusal.type)
-        if session is None:
-            sid, lease = self._new_session(request, principal, profile)
-        else:
-            sid, lease = self._continue_session(request, session)
-        try:
-            ctx = self._context(request, profile, sid, owner, lease, spend)
-            handle = self.turns.start(lambda _handle: ctx)
-            if idempotency is not None:
-                self.turns.remember(handle, principal.owner, *idempotency)
-        except BaseException:
-            self.store.release_lease(session_id=sid, lease=lease)
-            raise
+        # One transaction from here to the turn row (session or continuation, messages,
+        # lease): this span never awaits, and a failure leaves nothing half-made.
+        with self.store.unit():
+            if session is None:
+                sid, lease = self._new_session(request, principal, profile)
+            else:
+                sid, lease = self._continue_session(request, session)
+            try:
+                ctx = self._context(request, profile, sid, owner, lease, spend)
+                handle = self.turns.start(lambda _handle: ctx)
+                if idempotency is not None:
+                    self.turns.remember(handle, principal.owner, *idempotency)
+            except BaseException:
+                self.store.release_lease(session_id=sid, lease=lease)
+                raise
         return StartedTurn(handle=handle, session_id=sid, profile=profile)
 
     def _owned_session(self, principal: Principal, session_id: str) -> SessionRow:

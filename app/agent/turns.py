@@ -12,11 +12,12 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
-from app.agent.events import TurnEvent, TurnFinished
+from app.agent.events import TurnError, TurnEvent, TurnFinished
 from app.agent.loop import TurnContext, run_turn
 from app.agent.turn_log import log_turn
-from app.db.store import Store
+from app.db.store import LeaseLost, Store
 from app.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,12 @@ LEASE_TTL_S = 6 * 3600.0
 
 def new_lease_token() -> str:
     return secrets.token_hex(16)
+
+
+LEASE_LOST = TurnError(
+    message="another turn took over this session", type="conflict", code="session_busy", status=409
+)
+"""The reply could not be stored because the lease had gone (as `loop.py` reports it)."""
 
 
 class SessionBusy(Exception):
@@ -165,13 +172,18 @@ class TurnManager:
             reason = finished.exit_reason if finished else "cancelled"
             self.metrics.turns.labels(ctx.profile.name, reason).inc()
             try:
-                self.store.finish_turn(
+                # One commit: what the turn deferred (its reply, usage), finish, release.
+                self.store.close_turn(
+                    session_id=ctx.session_id,
+                    lease=ctx.lease,
                     turn_id=handle.turn_id,
                     exit_reason=reason,
                     iterations=finished.iterations if finished else 0,
                     error=finished.error.code if finished and finished.error else None,
                 )
-                self.store.release_lease(session_id=ctx.session_id, lease=ctx.lease)
+            except LeaseLost:
+                if finished is not None and finished.error is None:
+                    finished = replace(finished, exit_reason="lease_lost", error=LEASE_LOST)
             except Exception:
                 log.exception("turn %s: could not close the turn record", handle.turn_id)
             handle.finished_at = time.monotonic()

@@ -4,24 +4,38 @@ Every write on a session's log goes through `_fenced`, which touches the session
 a conditional UPDATE on the turn lease inside the same transaction as the write. The
 UPDATE takes SQLite's write lock first, so a turn that lost its lease can never append
 after a newer turn started: missing or foreign lease means deny.
+
+A text turn commits twice, by two mechanisms:
+
+* `unit()` makes the synchronous span that starts a turn (session or continuation, new
+  messages, lease, turn row) one transaction;
+* on the event loop, the writes that follow an upstream call and act on nothing (the
+  usage row and roll-up, compressor counters, a final reply) are *deferred*: they ride in
+  the next write's transaction, at the latest the one that closes the turn
+  (`close_turn`), and reads of the session see them applied.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 from sqlmodel import Session, col, func, select
 
 from app.db.engine import make_engine
 from app.db.models import ApiCallRow, MessageRow, SessionRow, TurnRow
+
+log = logging.getLogger(__name__)
 
 
 class LeaseLost(Exception):
@@ -125,9 +139,29 @@ def _stored(row: MessageRow) -> StoredMessage:
     )
 
 
+Deferred = Callable[[Session], None]
+"""A write that waits for the next transaction; it runs inside it, in order."""
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._unit = threading.local()
+        self._deferred: list[tuple[str, Deferred]] = []
+        """(session id, write) pairs waiting for a transaction; event-loop thread only."""
+        self._pending_rollups: dict[str, list[Callable[[SessionRow], None]]] = {}
+        """What the deferred writes will do to each session row, for reads before then."""
+        self._flush_scheduled = False
+        self._lost: set[tuple[str, str]] = set()
+        """(session, lease) whose deferred reply was refused: reported by `close_turn`."""
 
     @classmethod
     def open(cls, db_path: Path) -> Store:
@@ -136,15 +170,95 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    # ------------------------------------------------------------------ transactions
+
     @contextmanager
-    def _tx(self) -> Iterator[Session]:
-        with Session(self.engine, expire_on_commit=False) as db:
+    def unit(self) -> Iterator[None]:
+        """Make every store call inside the block (on this thread) one transaction.
+
+        For synchronous spans only: the block must not await, or another coroutine's
+        writes would join a transaction they know nothing about. Nested units join the
+        outer one. An exception rolls the whole unit back.
+        """
+        if getattr(self._unit, "conn", None) is not None:
+            yield
+            return
+        with self.engine.connect() as conn:
+            self._unit.conn = conn
             try:
+                conn.begin()
+                self._run_deferred_in(conn)
+                yield
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+            finally:
+                self._unit.conn = None
+
+    def _session(self, *, expire_on_commit: bool = True) -> Session:
+        conn: Connection | None = getattr(self._unit, "conn", None)
+        if conn is not None:
+            # Joined to the unit's transaction: commit() here flushes, the unit commits.
+            return Session(bind=conn, expire_on_commit=False)
+        return Session(self.engine, expire_on_commit=expire_on_commit)
+
+    @contextmanager
+    def _tx(self, *, flush_deferred: bool = True) -> Iterator[Session]:
+        in_unit = getattr(self._unit, "conn", None) is not None
+        with self._session(expire_on_commit=False) as db:
+            try:
+                if flush_deferred and _on_event_loop():
+                    self._run_deferred(db)
                 yield db
                 db.commit()
             except Exception:
-                db.rollback()
+                # Inside a unit the unit decides: a refused fenced write (LeaseLost) wrote
+                # nothing and must not undo the unit's other work; anything else that
+                # escapes the unit rolls it back there.
+                if not in_unit:
+                    db.rollback()
                 raise
+
+    def _defer(self, session_id: str, write: Deferred) -> bool:
+        """Queue `write` for the next transaction if that is safe here; False = run now.
+
+        Only on the event loop and outside a unit: worker threads never share the queue.
+        A flush is scheduled for the next loop iteration, so nothing waits across an await
+        for longer than one tick even if no later write comes.
+        """
+        if not _on_event_loop() or getattr(self._unit, "conn", None) is not None:
+            return False
+        self._deferred.append((session_id, write))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+        return True
+
+    def _flush_soon(self) -> None:
+        self._flush_scheduled = False
+        try:
+            self.flush()
+        except Exception:
+            log.exception("deferred store writes failed")
+
+    def flush(self) -> None:
+        """Commit deferred writes now (before acting on them, or before a foreign read)."""
+        if self._deferred:
+            with self._tx():
+                pass
+
+    def _run_deferred(self, db: Session) -> None:
+        writes, self._deferred = self._deferred, []
+        self._pending_rollups.clear()
+        for _sid, write in writes:
+            write(db)
+
+    def _run_deferred_in(self, conn: Connection) -> None:
+        if self._deferred and _on_event_loop():
+            with Session(bind=conn, expire_on_commit=False) as db:
+                self._run_deferred(db)
+                db.commit()
 
     def _fenced(self, db: Session, *, session_id: str, lease: str) -> None:
         now = time.time()
@@ -201,8 +315,14 @@ class Store:
             )
 
     def get_session(self, *, session_id: str) -> SessionRow | None:
-        with Session(self.engine, expire_on_commit=False) as db:
-            return db.get(SessionRow, session_id)
+        with self._session(expire_on_commit=False) as db:
+            row = db.get(SessionRow, session_id)
+            if row is not None and (rollups := self._pending_rollups.get(session_id)):
+                # Deferred writes not yet committed: the caller sees the row they will make.
+                db.expunge(row)
+                for apply in rollups:
+                    apply(row)
+            return row
 
     def acquire_lease(self, *, session_id: str, lease: str, ttl_s: float) -> bool:
         """Take the session's turn lease if it is free or expired."""
@@ -257,14 +377,39 @@ class Store:
         lease: str,
         turn_id: str | None,
         messages: Sequence[NewMessage],
+        defer: bool = False,
     ) -> list[int]:
+        """Append rows, fenced on the lease; returns their ids.
+
+        `defer=True` (a final reply, which nothing acts on) lets the rows ride in the next
+        transaction, normally the one that closes the turn; it returns no ids, and a lease
+        lost by then is reported by `close_turn`.
+        """
         rows = [_message_row(m, session_id=session_id, turn_id=turn_id) for m in messages]
-        with self._tx() as db:
+
+        def write(db: Session) -> None:
             self._fenced(db, session_id=session_id, lease=lease)
             db.add_all(rows)
+
+        if defer and self._defer(session_id, self._fence_checked(session_id, lease, write)):
+            return []
+        with self._tx() as db:
+            write(db)
             db.flush()
             ids = [r.id for r in rows]
         return [i for i in ids if i is not None]
+
+    def _fence_checked(self, session_id: str, lease: str, write: Deferred) -> Deferred:
+        """A deferred fenced write: a lost lease drops it and is remembered for the turn,
+        instead of rolling back the unfenced writes that share its transaction."""
+
+        def checked(db: Session) -> None:
+            try:
+                write(db)
+            except LeaseLost:
+                self._lost.add((session_id, lease))
+
+        return checked
 
     def set_api_content(
         self, *, session_id: str, lease: str, message_id: int, api_content: str
@@ -312,18 +457,30 @@ class Store:
             db.add(session)
 
     def update_session(self, *, session_id: str, **values: Any) -> None:
-        """Persist compressor counters (not fenced: a verdict must land even late)."""
-        with self._tx() as db:
-            session = db.get(SessionRow, session_id)
-            if session is None:
-                return
+        """Persist compressor counters (not fenced: a verdict must land even late).
+
+        Deferred on the event loop: they ride in the turn's next transaction."""
+
+        def apply(session: SessionRow) -> None:
             for key, value in values.items():
                 setattr(session, key, value)
-            db.add(session)
+
+        def write(db: Session) -> None:
+            session = db.get(SessionRow, session_id)
+            if session is not None:
+                apply(session)
+                db.add(session)
+
+        if self._defer(session_id, write):
+            self._pending_rollups.setdefault(session_id, []).append(apply)
+            return
+        with self._tx() as db:
+            write(db)
 
     def get_message(self, *, session_id: str, message_id: int) -> StoredMessage | None:
         """One row of a session, live or archived (not retracted)."""
-        with Session(self.engine) as db:
+        self.flush()
+        with self._session() as db:
             row = db.get(MessageRow, message_id)
             if row is None or row.session_id != session_id:
                 return None
@@ -332,7 +489,8 @@ class Store:
             return _stored(row)
 
     def active_messages(self, *, session_id: str) -> list[StoredMessage]:
-        with Session(self.engine) as db:
+        self.flush()
+        with self._session() as db:
             rows = db.exec(
                 select(MessageRow)
                 .where(MessageRow.session_id == session_id, col(MessageRow.active).is_(True))
@@ -344,7 +502,8 @@ class Store:
         self, *, session_id: str, query: str, limit: int = 20
     ) -> list[StoredMessage]:
         """Full-text search over live and compacted (not retracted) messages of a session."""
-        with Session(self.engine) as db:
+        self.flush()
+        with self._session() as db:
             ids = (
                 db.connection()
                 .execute(
@@ -379,17 +538,58 @@ class Store:
     ) -> None:
         # Not fenced: recording why a turn ended must succeed even after its lease is gone.
         with self._tx() as db:
-            row = db.get(TurnRow, turn_id)
-            if row is None:
-                return
-            row.finished_at = time.time()
-            row.exit_reason = exit_reason
-            row.iterations = iterations
-            row.error = error
-            db.add(row)
+            self._finish(db, turn_id, exit_reason, iterations, error)
+
+    @staticmethod
+    def _finish(
+        db: Session, turn_id: str, exit_reason: str, iterations: int, error: str | None
+    ) -> None:
+        db.connection().execute(
+            text(
+                "UPDATE turn SET finished_at = :now, exit_reason = :reason, "
+                "iterations = :iterations, error = :error WHERE id = :tid"
+            ),
+            {
+                "now": time.time(),
+                "reason": exit_reason,
+                "iterations": iterations,
+                "error": error,
+                "tid": turn_id,
+            },
+        )
+
+    def close_turn(
+        self,
+        *,
+        session_id: str,
+        lease: str,
+        turn_id: str,
+        exit_reason: str,
+        iterations: int,
+        error: str | None = None,
+    ) -> None:
+        """The turn's closing transaction: whatever it deferred (reply, usage, counters),
+        its finish record and the lease's release, in one commit.
+
+        Raises `LeaseLost` (after committing the rest) if a deferred reply was refused
+        because the lease had gone, so the caller can report it instead of success.
+        """
+        with self._tx() as db:
+            self._finish(db, turn_id, exit_reason, iterations, error)
+            db.connection().execute(
+                text(
+                    "UPDATE session SET lease = NULL, lease_expires_at = NULL "
+                    "WHERE id = :sid AND lease = :lease"
+                ),
+                {"sid": session_id, "lease": lease},
+            )
+        if (session_id, lease) in self._lost:
+            self._lost.discard((session_id, lease))
+            raise LeaseLost(f"turn lease for session {session_id} was lost before its reply")
 
     def get_turn(self, *, turn_id: str) -> TurnRow | None:
-        with Session(self.engine, expire_on_commit=False) as db:
+        self.flush()
+        with self._session(expire_on_commit=False) as db:
             return db.get(TurnRow, turn_id)
 
     # ------------------------------------------------------------------ usage ledger
@@ -417,11 +617,8 @@ class Store:
             outcome=call.outcome,
             cache_break=call.cache_break,
         )
-        with self._tx() as db:
-            db.add(row)
-            session = db.get(SessionRow, session_id)
-            if session is None:
-                return
+
+        def roll_up(session: SessionRow) -> None:
             if call.cache_break is not None and session.pending_cache_break == call.cache_break:
                 session.pending_cache_break = None
             session.input_tokens += call.input_tokens
@@ -435,12 +632,27 @@ class Store:
                     session.cost_unknown_calls += 1
             else:
                 session.cost_usd = str(Decimal(session.cost_usd) + call.cost_usd)
-            db.add(session)
+
+        def write(db: Session) -> None:
+            db.add(row)
+            session = db.get(SessionRow, session_id)
+            if session is not None:
+                roll_up(session)
+                db.add(session)
+
+        # Deferred on the event loop: the call's record rides in the turn's next commit
+        # (the reply's, or the closing one), and reads of the session see it meanwhile.
+        if self._defer(session_id, write):
+            self._pending_rollups.setdefault(session_id, []).append(roll_up)
+            return
+        with self._tx() as db:
+            write(db)
 
     def api_calls(
         self, *, session_id: str, limit: int = 100, offset: int = 0
     ) -> tuple[list[ApiCallRow], int]:
-        with Session(self.engine, expire_on_commit=False) as db:
+        self.flush()
+        with self._session(expire_on_commit=False) as db:
             rows = db.exec(
                 select(ApiCallRow)
                 .where(ApiCallRow.session_id == session_id)
@@ -457,7 +669,8 @@ class Store:
 
     def spent_by_owner(self, *, owner: str, since: float | None = None) -> tuple[Decimal, int]:
         """Known spend and the number of unpriced calls for one API key, optionally windowed."""
-        with Session(self.engine) as db:
+        self.flush()
+        with self._session() as db:
             query = select(ApiCallRow.cost_usd).where(ApiCallRow.owner == owner)
             if since is not None:
                 query = query.where(col(ApiCallRow.created_at) >= since)
@@ -472,7 +685,8 @@ class Store:
 
     def debug_dump(self, *, session_id: str) -> list[dict[str, Any]]:
         """Every message row of a session, live or not, for tests and operators."""
-        with Session(self.engine) as db:
+        self.flush()
+        with self._session() as db:
             rows = db.exec(
                 select(MessageRow)
                 .where(MessageRow.session_id == session_id)
