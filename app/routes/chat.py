@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
+from app.agent.events import ToolFinished, ToolStarted, TurnEvent, TurnFinished, TurnText
 from app.agent.turns import TurnHandle
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.openai import ChatCompletionRequest
@@ -107,14 +107,17 @@ async def sse_frames(
     keepalive_s: float,
     *,
     tool_events: bool = False,
-) -> AsyncIterator[ServerSentEvent]:
+) -> AsyncIterator[ServerSentEvent | bytes]:
     """Standard chunks, a comment line whenever `keepalive_s` pass without a byte, and
-    named `courier.tool` frames only for a client that asked (plain SDKs would choke)."""
+    named `courier.tool` frames only for a client that asked (plain SDKs would choke).
+
+    Events already queued go out as one write: a socket write per chunk was the largest
+    single cost of a fast stream, and joining only what is ready never delays a byte."""
     yield ServerSentEvent(data=renderer.role_chunk())
     queue = handle.subscribe()
     finished = False
     try:
-        while True:
+        while not finished:
             try:
                 # No task per event (3.11's wait_for makes one): a ready event is taken at
                 # once, and a wait is a timer on this task.
@@ -126,24 +129,37 @@ async def sse_frames(
             except TimeoutError:
                 yield ServerSentEvent(comment="keepalive")
                 continue
-            if isinstance(event, TurnText):
-                yield ServerSentEvent(data=renderer.text_chunk(event.text))
-            elif tool_events and isinstance(event, ToolStarted | ToolFinished):
-                yield ServerSentEvent(event="courier.tool", data=tool_event_payload(event))
-            elif isinstance(event, TurnFinished):
-                finished = True
-                if event.error is not None:
-                    # Headers are gone: the error travels inside the stream.
-                    yield ServerSentEvent(data=json.dumps(error_payload(event.error)))
-                else:
-                    yield ServerSentEvent(data=renderer.finish_chunk(event))
-                    if renderer.include_usage:
-                        yield ServerSentEvent(data=renderer.usage_chunk(event))
-                yield ServerSentEvent(data="[DONE]")
-                return
+            frames = event_frames(event, renderer, tool_events=tool_events)
+            finished = isinstance(event, TurnFinished)
+            while not finished and not queue.empty():
+                event = queue.get_nowait()
+                frames += event_frames(event, renderer, tool_events=tool_events)
+                finished = isinstance(event, TurnFinished)
+            if frames:
+                yield b"".join(frame.encode() for frame in frames)
     finally:
         handle.unsubscribe(queue)
         if not finished:
             # The client went away (a voice interruption, a closed tab): stop the work,
             # unless an idempotency key lets a retry reattach within the grace period.
             handle.abandon()
+
+
+def event_frames(
+    event: TurnEvent, renderer: CompletionRenderer, *, tool_events: bool
+) -> list[ServerSentEvent]:
+    """The frames one turn event becomes (none for events this client did not ask for)."""
+    if isinstance(event, TurnText):
+        return [ServerSentEvent(data=renderer.text_chunk(event.text))]
+    if tool_events and isinstance(event, ToolStarted | ToolFinished):
+        return [ServerSentEvent(event="courier.tool", data=tool_event_payload(event))]
+    if not isinstance(event, TurnFinished):
+        return []
+    if event.error is not None:
+        # Headers are gone: the error travels inside the stream.
+        frames = [ServerSentEvent(data=json.dumps(error_payload(event.error)))]
+    else:
+        frames = [ServerSentEvent(data=renderer.finish_chunk(event))]
+        if renderer.include_usage:
+            frames.append(ServerSentEvent(data=renderer.usage_chunk(event)))
+    return [*frames, ServerSentEvent(data="[DONE]")]
