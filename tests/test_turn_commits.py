@@ -67,12 +67,12 @@ def test_a_text_turn_commits_twice(counted: Server, sim: Simulator, stream: bool
     sim.script([{"reply": {"text": "one two three"}}] * 3)
     sid, commits, statements = _turn(counted, stream=stream)
     assert commits == 2
-    # The ORM's reads and writes today; this bound catches a query added to the path.
-    assert statements <= 16
+    # Today's reads and writes; this bound catches a query added to the path.
+    assert statements <= 17
     for _ in range(2):
         _, commits, statements = _turn(counted, stream=stream, session=sid)
         assert commits == 2
-        assert statements <= 18
+        assert statements <= 19
     sim.assert_script_done()
 
 

@@ -29,13 +29,42 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, text
-from sqlmodel import Session, col, func, select
+from sqlalchemy import Connection, Engine, bindparam, insert, text, update
+from sqlalchemy import select as core_select
+from sqlmodel import Session, SQLModel, col, func, select
 
 from app.db.engine import make_engine
 from app.db.models import ApiCallRow, MessageRow, SessionRow, TurnRow
 
 log = logging.getLogger(__name__)
+
+# The hot paths speak SQLAlchemy Core on the SQLModel tables: compiled once and cached,
+# no unit of work, no identity map. Loading a row through the ORM cost 3-6x more.
+_SESSION = SQLModel.metadata.tables["session"]
+_MESSAGE = SQLModel.metadata.tables["message"]
+_API_CALL = SQLModel.metadata.tables["api_call"]
+_TURN = SQLModel.metadata.tables["turn"]
+_ACTIVE = (
+    core_select(
+        _MESSAGE.c.id,
+        _MESSAGE.c.role,
+        _MESSAGE.c.content,
+        _MESSAGE.c.api_content,
+        _MESSAGE.c.tool_calls,
+        _MESSAGE.c.tool_call_id,
+        _MESSAGE.c.tool_name,
+        _MESSAGE.c.is_error,
+        _MESSAGE.c.turn_id,
+        _MESSAGE.c.kind,
+    )
+    .where(_MESSAGE.c.session_id == bindparam("sid"), _MESSAGE.c.active.is_(True))
+    .order_by(_MESSAGE.c.id)
+)
+_GET_SESSION = core_select(_SESSION).where(_SESSION.c.id == bindparam("sid"))
+_ROLLUP_READ = core_select(_SESSION.c.cost_usd, _SESSION.c.pending_cache_break).where(
+    _SESSION.c.id == bindparam("sid")
+)
+_INSERT_MESSAGES = insert(_MESSAGE).returning(_MESSAGE.c.id, sort_by_parameter_order=True)
 
 
 class LeaseLost(Exception):
@@ -122,6 +151,25 @@ def _message_row(m: NewMessage, *, session_id: str, turn_id: str | None) -> Mess
     )
 
 
+def _message_values(m: NewMessage, *, session_id: str, turn_id: str | None) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "turn_id": turn_id,
+        "role": m.role,
+        "content": m.content,
+        "api_content": m.api_content,
+        "tool_calls": json.dumps(list(m.tool_calls)) if m.tool_calls else None,
+        "tool_call_id": m.tool_call_id,
+        "tool_name": m.tool_name,
+        "is_error": m.is_error,
+        "reasoning": m.reasoning,
+        "kind": m.kind,
+        "active": True,
+        "compacted": False,
+        "created_at": time.time(),
+    }
+
+
 def _stored(row: MessageRow) -> StoredMessage:
     assert row.id is not None
     calls: tuple[dict[str, str], ...] = tuple(json.loads(row.tool_calls)) if row.tool_calls else ()
@@ -202,6 +250,16 @@ class Store:
             # Joined to the unit's transaction: commit() here flushes, the unit commits.
             return Session(bind=conn, expire_on_commit=False)
         return Session(self.engine, expire_on_commit=expire_on_commit)
+
+    @contextmanager
+    def _reader(self) -> Iterator[Connection]:
+        """A connection for Core reads: the unit's, or a pooled one (no ORM session)."""
+        conn: Connection | None = getattr(self._unit, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self.engine.connect() as pooled:
+            yield pooled
 
     @contextmanager
     def _tx(self, *, flush_deferred: bool = True) -> Iterator[Session]:
@@ -297,9 +355,11 @@ class Store:
             lease_expires_at=time.time() + lease_ttl_s if lease else None,
         )
         with self._tx() as db:
-            db.add(row)
-            db.flush()
-            db.add_all(_message_row(m, session_id=session_id, turn_id=None) for m in messages)
+            conn = db.connection()
+            conn.execute(insert(_SESSION), [row.model_dump()])
+            if messages:
+                values = [_message_values(m, session_id=session_id, turn_id=None) for m in messages]
+                conn.execute(insert(_MESSAGE), values)
         return row
 
     def set_tool_snapshot(self, *, session_id: str, lease: str, snapshot: str, reason: str) -> None:
@@ -315,14 +375,15 @@ class Store:
             )
 
     def get_session(self, *, session_id: str) -> SessionRow | None:
-        with self._session(expire_on_commit=False) as db:
-            row = db.get(SessionRow, session_id)
-            if row is not None and (rollups := self._pending_rollups.get(session_id)):
-                # Deferred writes not yet committed: the caller sees the row they will make.
-                db.expunge(row)
-                for apply in rollups:
-                    apply(row)
-            return row
+        with self._reader() as conn:
+            found = conn.execute(_GET_SESSION, {"sid": session_id}).mappings().first()
+        if found is None:
+            return None
+        row = SessionRow(**found)
+        # Deferred writes not yet committed: the caller sees the row they will make.
+        for apply in self._pending_rollups.get(session_id, ()):
+            apply(row)
+        return row
 
     def acquire_lease(self, *, session_id: str, lease: str, ttl_s: float) -> bool:
         """Take the session's turn lease if it is free or expired."""
@@ -385,19 +446,21 @@ class Store:
         transaction, normally the one that closes the turn; it returns no ids, and a lease
         lost by then is reported by `close_turn`.
         """
-        rows = [_message_row(m, session_id=session_id, turn_id=turn_id) for m in messages]
+        values = [_message_values(m, session_id=session_id, turn_id=turn_id) for m in messages]
 
-        def write(db: Session) -> None:
+        def write(db: Session) -> list[int]:
             self._fenced(db, session_id=session_id, lease=lease)
-            db.add_all(rows)
+            if not values:
+                return []
+            return [int(i) for i in db.connection().execute(_INSERT_MESSAGES, values).scalars()]
 
-        if defer and self._defer(session_id, self._fence_checked(session_id, lease, write)):
+        def deferred(db: Session) -> None:
+            write(db)
+
+        if defer and self._defer(session_id, self._fence_checked(session_id, lease, deferred)):
             return []
         with self._tx() as db:
-            write(db)
-            db.flush()
-            ids = [r.id for r in rows]
-        return [i for i in ids if i is not None]
+            return write(db)
 
     def _fence_checked(self, session_id: str, lease: str, write: Deferred) -> Deferred:
         """A deferred fenced write: a lost lease drops it and is remembered for the turn,
@@ -466,10 +529,9 @@ class Store:
                 setattr(session, key, value)
 
         def write(db: Session) -> None:
-            session = db.get(SessionRow, session_id)
-            if session is not None:
-                apply(session)
-                db.add(session)
+            db.connection().execute(
+                update(_SESSION).where(_SESSION.c.id == session_id).values(**values)
+            )
 
         if self._defer(session_id, write):
             self._pending_rollups.setdefault(session_id, []).append(apply)
@@ -490,13 +552,23 @@ class Store:
 
     def active_messages(self, *, session_id: str) -> list[StoredMessage]:
         self.flush()
-        with self._session() as db:
-            rows = db.exec(
-                select(MessageRow)
-                .where(MessageRow.session_id == session_id, col(MessageRow.active).is_(True))
-                .order_by(col(MessageRow.id))
-            ).all()
-            return [_stored(r) for r in rows]
+        with self._reader() as conn:
+            rows = conn.execute(_ACTIVE, {"sid": session_id}).all()
+        return [
+            StoredMessage(
+                id=r[0],
+                role=r[1],
+                content=r[2],
+                api_content=r[3],
+                tool_calls=tuple(json.loads(r[4])) if r[4] else (),
+                tool_call_id=r[5],
+                tool_name=r[6],
+                is_error=bool(r[7]),
+                turn_id=r[8],
+                kind=r[9],
+            )
+            for r in rows
+        ]
 
     def search_messages(
         self, *, session_id: str, query: str, limit: int = 20
@@ -531,7 +603,9 @@ class Store:
     def start_turn(self, *, session_id: str, lease: str, turn_id: str) -> None:
         with self._tx() as db:
             self._fenced(db, session_id=session_id, lease=lease)
-            db.add(TurnRow(id=turn_id, session_id=session_id))
+            db.connection().execute(
+                insert(_TURN), [TurnRow(id=turn_id, session_id=session_id).model_dump()]
+            )
 
     def finish_turn(
         self, *, turn_id: str, exit_reason: str, iterations: int, error: str | None = None
@@ -598,25 +672,26 @@ class Store:
         self, *, session_id: str, owner: str, turn_id: str, call: ApiCallRecord
     ) -> None:
         """One row per upstream call, and the session's roll-up, in one transaction."""
-        row = ApiCallRow(
-            session_id=session_id,
-            turn_id=turn_id,
-            owner=owner,
-            profile=call.profile,
-            upstream_model=call.upstream_model,
-            input_tokens=call.input_tokens,
-            output_tokens=call.output_tokens,
-            cache_read_tokens=call.cache_read_tokens,
-            cache_write_tokens=call.cache_write_tokens,
-            reasoning_tokens=call.reasoning_tokens,
-            cost_usd=str(call.cost_usd) if call.cost_usd is not None else None,
-            cost_status=call.cost_status,
-            cost_source=call.cost_source,
-            latency_ms=call.latency_ms,
-            ttft_ms=call.ttft_ms,
-            outcome=call.outcome,
-            cache_break=call.cache_break,
-        )
+        row = {
+            "session_id": session_id,
+            "turn_id": turn_id,
+            "owner": owner,
+            "profile": call.profile,
+            "upstream_model": call.upstream_model,
+            "input_tokens": call.input_tokens,
+            "output_tokens": call.output_tokens,
+            "cache_read_tokens": call.cache_read_tokens,
+            "cache_write_tokens": call.cache_write_tokens,
+            "reasoning_tokens": call.reasoning_tokens,
+            "cost_usd": str(call.cost_usd) if call.cost_usd is not None else None,
+            "cost_status": call.cost_status,
+            "cost_source": call.cost_source,
+            "latency_ms": call.latency_ms,
+            "ttft_ms": call.ttft_ms,
+            "outcome": call.outcome,
+            "cache_break": call.cache_break,
+            "created_at": time.time(),
+        }
 
         def roll_up(session: SessionRow) -> None:
             if call.cache_break is not None and session.pending_cache_break == call.cache_break:
@@ -634,11 +709,28 @@ class Store:
                 session.cost_usd = str(Decimal(session.cost_usd) + call.cost_usd)
 
         def write(db: Session) -> None:
-            db.add(row)
-            session = db.get(SessionRow, session_id)
-            if session is not None:
-                roll_up(session)
-                db.add(session)
+            conn = db.connection()
+            conn.execute(insert(_API_CALL), [row])
+            found = conn.execute(_ROLLUP_READ, {"sid": session_id}).first()
+            if found is None:
+                return
+            changes: dict[str, Any] = {
+                "input_tokens": _SESSION.c.input_tokens + call.input_tokens,
+                "output_tokens": _SESSION.c.output_tokens + call.output_tokens,
+                "cache_read_tokens": _SESSION.c.cache_read_tokens + call.cache_read_tokens,
+                "cache_write_tokens": _SESSION.c.cache_write_tokens + call.cache_write_tokens,
+                "reasoning_tokens": _SESSION.c.reasoning_tokens + call.reasoning_tokens,
+                "upstream_calls": _SESSION.c.upstream_calls + 1,
+            }
+            if call.cache_break is not None and found[1] == call.cache_break:
+                changes["pending_cache_break"] = None
+            if call.cost_usd is None:
+                if call.cost_status == "unknown":
+                    changes["cost_unknown_calls"] = _SESSION.c.cost_unknown_calls + 1
+            else:
+                # Decimal in Python: SQLite would add the stored text as a lossy float.
+                changes["cost_usd"] = str(Decimal(found[0]) + call.cost_usd)
+            conn.execute(update(_SESSION).where(_SESSION.c.id == session_id).values(**changes))
 
         # Deferred on the event loop: the call's record rides in the turn's next commit
         # (the reply's, or the closing one), and reads of the session see it meanwhile.
