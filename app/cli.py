@@ -24,6 +24,9 @@ def _serve(_args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # httpx logs every upstream request at INFO: a formatted line per call on the event
+    # loop that the per-turn line (`courier.turn`) already covers.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     uvicorn.run(
         create_app(settings),
         host=settings.host,

@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,6 +39,9 @@ from app.db.engine import make_engine
 from app.db.models import ApiCallRow, MessageRow, SessionRow, TurnRow
 
 log = logging.getLogger(__name__)
+
+LIVE_LOGS_KEPT = 512
+"""Sessions whose live log stays in memory between turns (least recently used go)."""
 
 # The hot paths speak SQLAlchemy Core on the SQLModel tables: compiled once and cached,
 # no unit of work, no identity map. Loading a row through the ORM cost 3-6x more.
@@ -170,6 +175,22 @@ def _message_values(m: NewMessage, *, session_id: str, turn_id: str | None) -> d
     }
 
 
+def _stored_values(message_id: int, v: dict[str, Any]) -> StoredMessage:
+    """The row `_message_values` inserted, as a read of it would return it."""
+    return StoredMessage(
+        id=message_id,
+        role=v["role"],
+        content=v["content"],
+        api_content=v["api_content"],
+        tool_calls=tuple(json.loads(v["tool_calls"])) if v["tool_calls"] else (),
+        tool_call_id=v["tool_call_id"],
+        tool_name=v["tool_name"],
+        is_error=bool(v["is_error"]),
+        turn_id=v["turn_id"],
+        kind=v["kind"],
+    )
+
+
 def _stored(row: MessageRow) -> StoredMessage:
     assert row.id is not None
     calls: tuple[dict[str, str], ...] = tuple(json.loads(row.tool_calls)) if row.tool_calls else ()
@@ -208,6 +229,13 @@ class Store:
         self._pending_rollups: dict[str, list[Callable[[SessionRow], None]]] = {}
         """What the deferred writes will do to each session row, for reads before then."""
         self._flush_scheduled = False
+        self._live: OrderedDict[str, list[StoredMessage]] = OrderedDict()
+        """Each recently used session's live log as the database holds it, extended on
+        every committed append and dropped on anything that rewrites rows, so a turn does
+        not reload (and re-decode) its whole history before every upstream call."""
+        self._live_lock = threading.Lock()
+        self._verify_live = os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1"
+        """Tests: compare the kept log with a fresh read on every call."""
         self._lost: set[tuple[str, str]] = set()
         """(session, lease) whose deferred reply was refused: reported by `close_turn`."""
 
@@ -240,9 +268,11 @@ class Store:
                 conn.commit()
             except BaseException:
                 conn.rollback()
-                raise
-            finally:
                 self._unit.conn = None
+                self._rolled_back()
+                raise
+            self._unit.conn = None
+        self._committed()
 
     def _session(self, *, expire_on_commit: bool = True) -> Session:
         conn: Connection | None = getattr(self._unit, "conn", None)
@@ -276,7 +306,39 @@ class Store:
                 # escapes the unit rolls it back there.
                 if not in_unit:
                     db.rollback()
+                    self._rolled_back()
                 raise
+        if not in_unit:
+            self._committed()
+
+    def _after_commit(self, action: Callable[[], None]) -> None:
+        """Run `action` once the current transaction (or unit) has committed."""
+        pending: list[Callable[[], None]] | None = getattr(self._unit, "after", None)
+        if pending is None:
+            pending = self._unit.after = []
+        pending.append(action)
+
+    def _committed(self) -> None:
+        actions: list[Callable[[], None]] = getattr(self._unit, "after", None) or []
+        self._unit.after = []
+        for action in actions:
+            action()
+
+    def _rolled_back(self) -> None:
+        # Rare, and the kept logs may hold rows that never landed: start them over.
+        self._unit.after = []
+        with self._live_lock:
+            self._live.clear()
+
+    def _keep_live(self, session_id: str, added: list[StoredMessage]) -> None:
+        with self._live_lock:
+            rows = self._live.get(session_id)
+            if rows is not None:
+                rows.extend(added)
+
+    def _forget_live(self, session_id: str) -> None:
+        with self._live_lock:
+            self._live.pop(session_id, None)
 
     def _defer(self, session_id: str, write: Deferred) -> bool:
         """Queue `write` for the next transaction if that is safe here; False = run now.
@@ -354,6 +416,7 @@ class Store:
             lease=lease,
             lease_expires_at=time.time() + lease_ttl_s if lease else None,
         )
+        self._forget_live(session_id)
         with self._tx() as db:
             conn = db.connection()
             conn.execute(insert(_SESSION), [row.model_dump()])
@@ -452,7 +515,10 @@ class Store:
             self._fenced(db, session_id=session_id, lease=lease)
             if not values:
                 return []
-            return [int(i) for i in db.connection().execute(_INSERT_MESSAGES, values).scalars()]
+            ids = [int(i) for i in db.connection().execute(_INSERT_MESSAGES, values).scalars()]
+            added = [_stored_values(i, v) for i, v in zip(ids, values, strict=True)]
+            self._after_commit(lambda: self._keep_live(session_id, added))
+            return ids
 
         def deferred(db: Session) -> None:
             write(db)
@@ -478,6 +544,7 @@ class Store:
         self, *, session_id: str, lease: str, message_id: int, api_content: str
     ) -> None:
         """Give a row a model-facing text different from its display text."""
+        self._forget_live(session_id)
         with self._tx() as db:
             self._fenced(db, session_id=session_id, lease=lease)
             db.connection().execute(
@@ -500,6 +567,7 @@ class Store:
         Nothing is deleted: archived rows become `active=0, compacted=1` and stay
         searchable. The flags are not text columns, so the FTS triggers do no work.
         """
+        self._forget_live(session_id)
         with self._tx() as db:
             self._fenced(db, session_id=session_id, lease=lease)
             if archive_ids:
@@ -552,6 +620,24 @@ class Store:
 
     def active_messages(self, *, session_id: str) -> list[StoredMessage]:
         self.flush()
+        with self._live_lock:
+            kept = self._live.get(session_id)
+            if kept is not None:
+                self._live.move_to_end(session_id)
+                kept = list(kept)
+        if kept is not None:
+            if self._verify_live and (fresh := self._load_active(session_id)) != kept:
+                raise AssertionError(f"kept live log of {session_id} drifted: {kept} != {fresh}")
+            return kept
+        rows = self._load_active(session_id)
+        if getattr(self._unit, "conn", None) is None:
+            with self._live_lock:
+                self._live[session_id] = list(rows)
+                while len(self._live) > LIVE_LOGS_KEPT:
+                    self._live.popitem(last=False)
+        return rows
+
+    def _load_active(self, session_id: str) -> list[StoredMessage]:
         with self._reader() as conn:
             rows = conn.execute(_ACTIVE, {"sid": session_id}).all()
         return [
