@@ -3,6 +3,7 @@ greetings, images, tool_choice, parallel calls, structured output and sampling f
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -131,3 +132,30 @@ def test_continuity_chain_is_scoped_and_prefix_stable() -> None:
     one = VisibleMessage("assistant", "", calls=(("c1", "f", '{"a": 1, "b": 2}'),))
     two = VisibleMessage("assistant", "", calls=(("c1", "f", '{"b":2,"a":1}'),))
     assert chain(a, [one]) == chain(a, [two])
+
+
+def test_the_continuity_lookup_is_an_index_search(tmp_path: Path) -> None:
+    """O(1) in the number of sessions: the query plan searches the prefix-hash index and
+    never scans the table (counted in the plan, not timed)."""
+    from sqlalchemy import text
+
+    from app.db.chat_store import _FIND
+    from app.db.store import Store
+
+    store = Store.open(tmp_path / "plan.db")
+    try:
+        with store.engine.connect() as conn:
+            compiled = str(_FIND.compile(compile_kwargs={"literal_binds": True}))
+            plan = [
+                str(row[-1])
+                for row in conn.execute(
+                    text(
+                        "EXPLAIN QUERY PLAN "
+                        + compiled.replace("IN ([EXPANDING_hashes])", "IN ('a', 'b')")
+                    )
+                )
+            ]
+    finally:
+        store.close()
+    assert any("USING INDEX" in step and "prefix_hash" in step for step in plan), plan
+    assert not any(step.startswith("SCAN") for step in plan), plan
