@@ -1,7 +1,7 @@
 """Stateless continuity: the cost of finding a resent conversation, by how many are stored.
 
 Fills a real SQLite store with N sessions of 20 indexed visible messages each, then times
-`find_continuation` for a 20-message history that matches one of them, at N = 1,000 and
+`find_continuations` for a 20-message history that matches one of them, at N = 1,000 and
 N = 100,000 (the baseline is the small store, measured in the same run). The lookup is
 one indexed IN query over the request's own rolling hashes, so the ratio should stay
 near 1. Prints figures only; nothing asserts.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from app.agent.continuity import VisibleMessage, chain, scope_seed
 from app.db.chat_models import TranscriptKeyRow
-from app.db.chat_store import find_continuation
+from app.db.chat_store import find_continuations
 from app.db.models import SessionRow
 from app.db.store import Store
 
@@ -66,7 +66,7 @@ def _measure(sessions: int, root: Path) -> float:
         times = []
         for _ in range(LOOKUPS):
             started = time.perf_counter()
-            found = find_continuation(store, hashes=hashes)
+            found = find_continuations(store, hashes=hashes)[0]
             times.append(time.perf_counter() - started)
             assert found is not None and found.position == MESSAGES
         return statistics.median(times) * 1e6
@@ -78,7 +78,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         small = _measure(1_000, Path(tmp))
         large = _measure(100_000, Path(tmp))
-    print(f"find_continuation, 20-message history, median of {LOOKUPS}:")
+    print(f"find_continuations, 20-message history, median of {LOOKUPS}:")
     print(f"  1,000 sessions (baseline): {small:8.1f} us")
     print(f"  100,000 sessions:          {large:8.1f} us   ratio {large / small:.2f}")
 
