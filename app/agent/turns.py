@@ -17,7 +17,7 @@ from dataclasses import replace
 from app.agent.events import TurnError, TurnEvent, TurnFinished
 from app.agent.loop import TurnContext, run_turn
 from app.agent.turn_log import log_turn
-from app.db.store import LeaseLost, Store
+from app.db.store import Store
 from app.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -257,25 +257,27 @@ class TurnManager:
             reason = finished.exit_reason if finished else "cancelled"
             self.metrics.turns.labels(ctx.profile.name, reason).inc()
             try:
-                # One commit: what the turn deferred (its reply, usage), finish, release.
-                self.store.close_turn(
-                    session_id=ctx.session_id,
-                    lease=ctx.lease,
-                    turn_id=handle.turn_id,
-                    exit_reason=reason,
-                    iterations=finished.iterations if finished else 0,
-                    error=finished.error.code if finished and finished.error else None,
-                )
-            except LeaseLost:
-                if finished is not None and finished.error is None:
-                    finished = replace(finished, exit_reason="lease_lost", error=LEASE_LOST)
+                # One commit: what the turn deferred (its reply, usage), the after-turn
+                # bookkeeping (the transcript index), finish, release.
+                with self.store.unit():
+                    lost = self.store.take_lost(session_id=ctx.session_id, lease=ctx.lease)
+                    if lost and finished is not None and finished.error is None:
+                        finished = replace(finished, exit_reason="lease_lost", error=LEASE_LOST)
+                    if on_finish is not None and finished is not None:
+                        try:
+                            on_finish(handle, finished)
+                        except Exception:
+                            log.exception("turn %s: after-turn bookkeeping failed", handle.turn_id)
+                    self.store.close_turn(
+                        session_id=ctx.session_id,
+                        lease=ctx.lease,
+                        turn_id=handle.turn_id,
+                        exit_reason=finished.exit_reason if finished else "cancelled",
+                        iterations=finished.iterations if finished else 0,
+                        error=finished.error.code if finished and finished.error else None,
+                    )
             except Exception:
                 log.exception("turn %s: could not close the turn record", handle.turn_id)
-            if on_finish is not None and finished is not None:
-                try:
-                    on_finish(handle, finished)
-                except Exception:
-                    log.exception("turn %s: after-turn bookkeeping failed", handle.turn_id)
             log_turn(
                 turn_id=handle.turn_id,
                 session_id=ctx.session_id,

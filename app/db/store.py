@@ -287,6 +287,23 @@ class Store:
             return Session(bind=conn, expire_on_commit=False)
         return Session(self.engine, expire_on_commit=expire_on_commit)
 
+    def session(self) -> Session:
+        """An ORM session for the other `app/db/` modules: joined to the current unit (so it
+        sees and adds to its uncommitted work), else on its own connection."""
+        return self._session()
+
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """A connection in a transaction for the other `app/db/` modules: the current
+        unit's (committed with it), else a fresh one committed at the block's end. A
+        separate connection inside a unit would wait on the unit's own write lock."""
+        conn: Connection | None = getattr(self._unit, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self.engine.begin() as fresh:
+            yield fresh
+
     @contextmanager
     def _reader(self) -> Iterator[Connection]:
         """A connection for Core reads: the unit's, or a pooled one (no ORM session)."""
@@ -759,8 +776,8 @@ class Store:
         """The turn's closing transaction: whatever it deferred (reply, usage, counters),
         its finish record and the lease's release, in one commit.
 
-        Raises `LeaseLost` (after committing the rest) if a deferred reply was refused
-        because the lease had gone, so the caller can report it instead of success.
+        Ask `take_lost` first (in the same unit) whether a deferred reply was refused
+        because the lease had gone, so the turn reports that instead of success.
         """
         with self._tx() as db:
             self._finish(db, turn_id, exit_reason, iterations, error)
@@ -771,9 +788,15 @@ class Store:
                 ),
                 {"sid": session_id, "lease": lease},
             )
+
+    def take_lost(self, *, session_id: str, lease: str) -> bool:
+        """Whether a deferred fenced write of this lease was refused (its lease had gone);
+        flushes what is deferred first, and forgets the answer once given."""
+        self.flush()
         if (session_id, lease) in self._lost:
             self._lost.discard((session_id, lease))
-            raise LeaseLost(f"turn lease for session {session_id} was lost before its reply")
+            return True
+        return False
 
     def get_turn(self, *, turn_id: str) -> TurnRow | None:
         self.flush()
