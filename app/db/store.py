@@ -61,6 +61,7 @@ _ACTIVE = (
         _MESSAGE.c.is_error,
         _MESSAGE.c.turn_id,
         _MESSAGE.c.kind,
+        _MESSAGE.c.images,
     )
     .where(_MESSAGE.c.session_id == bindparam("sid"), _MESSAGE.c.active.is_(True))
     .order_by(_MESSAGE.c.id)
@@ -174,6 +175,7 @@ def _message_values(m: NewMessage, *, session_id: str, turn_id: str | None) -> d
         "is_error": m.is_error,
         "reasoning": m.reasoning,
         "kind": m.kind,
+        "images": json.dumps(list(m.images)) if m.images else None,
         "active": True,
         "compacted": False,
         "created_at": time.time(),
@@ -193,6 +195,7 @@ def _stored_values(message_id: int, v: dict[str, Any]) -> StoredMessage:
         is_error=bool(v["is_error"]),
         turn_id=v["turn_id"],
         kind=v["kind"],
+        images=tuple(json.loads(v["images"])) if v["images"] else (),
     )
 
 
@@ -358,6 +361,10 @@ class Store:
             rows = self._live.get(session_id)
             if rows is not None:
                 rows.extend(added)
+
+    def forget_live(self, session_id: str) -> None:
+        """Drop the kept live log: for other `app/db/` modules that change live rows."""
+        self._forget_live(session_id)
 
     def _forget_live(self, session_id: str) -> None:
         with self._live_lock:
@@ -697,6 +704,7 @@ class Store:
                 is_error=bool(r[7]),
                 turn_id=r[8],
                 kind=r[9],
+                images=tuple(json.loads(r[10])) if r[10] else (),
             )
             for r in rows
         ]
