@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.tools import files, workspace
+from app.tools import beneath, files, workspace
 from app.tools.files import file_tools
 from app.tools.registry import PathClaim, Tool, ToolContext, ToolError, ToolRegistry
 from app.tools.workspace import workspace_tools
@@ -360,12 +360,13 @@ async def test_os_errors_reach_the_model(
     def denied(*args: Any, **kwargs: Any) -> Any:
         raise PermissionError(13, "Permission denied", str(ws / "f.txt"))
 
-    monkeypatch.setattr(files.tempfile, "mkstemp", denied)
+    monkeypatch.setattr(files, "write_atomic", denied)
     message = await refused("write_file", {"path": "f.txt", "content": "x"}, ctx)
     assert message == "f.txt: Permission denied"
     assert not (ws / "f.txt").exists()
 
 
 def test_helpers_are_shared() -> None:
-    # One containment check for every file tool: files.py reuses workspace.py's resolver.
-    assert files.resolve_in_workspace is workspace.resolve_in_workspace
+    # One containment check for every file tool: both modules open through beneath.py.
+    assert files.open_in_workspace is workspace.open_in_workspace
+    assert files.open_beneath is workspace.open_beneath is beneath.open_beneath
