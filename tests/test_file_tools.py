@@ -370,3 +370,31 @@ def test_helpers_are_shared() -> None:
     # One containment check for every file tool: both modules open through beneath.py.
     assert files.open_in_workspace is workspace.open_in_workspace
     assert files.open_beneath is workspace.open_beneath is beneath.open_beneath
+
+
+# ------------------------------------------------------------------- bounded search
+
+
+async def test_catastrophic_pattern_runs_in_linear_time(ctx: ToolContext, ws: Path) -> None:
+    # Under Python's re this line takes longer than the universe has left.
+    (ws / "evil.txt").write_text("a" * 5000 + "!\n")
+    out = await call("search_files", {"pattern": "(a+)+$"}, ctx)
+    assert out == "no matches for '(a+)+$' under ."
+
+
+async def test_backtracking_only_features_are_refused_clearly(ctx: ToolContext, ws: Path) -> None:
+    (ws / "f.txt").write_text("abab\n")
+    message = await refused("search_files", {"pattern": r"(ab)\1"}, ctx)
+    assert "linear time" in message and "backreferences" in message
+    assert await call("search_files", {"pattern": r"(ab)\1", "regex": False}, ctx) == (
+        "no matches for '(ab)\\\\1' under ."
+    )
+
+
+async def test_search_past_its_deadline_is_a_tool_error(
+    ctx: ToolContext, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (ws / "f.txt").write_text("x\n")
+    monkeypatch.setattr(files, "SEARCH_TIMEOUT_S", -1.0)
+    message = await refused("search_files", {"pattern": "x"}, ctx)
+    assert message.startswith("search_files timed out after -1 s")
