@@ -13,6 +13,7 @@ def _serve(_args: argparse.Namespace) -> int:
 
     from app.config import ConfigError, load_settings
     from app.main import create_app
+    from app.protocol.connection_guard import ConnectionLimits, guarded_protocol
     from app.tools.plugins import PluginError, load_plugin_tools
 
     try:
@@ -24,8 +25,14 @@ def _serve(_args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    limits = ConnectionLimits(
+        header_timeout_s=settings.http_header_timeout_s,
+        body_timeout_s=settings.http_body_timeout_s,
+        max_per_ip=settings.max_connections_per_ip,
+    )
     uvicorn.run(
         create_app(settings),
+        http=guarded_protocol(limits),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),

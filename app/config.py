@@ -146,6 +146,12 @@ class Settings(BaseSettings):
     """Permit a non-loopback bind while tools run unsandboxed on the host (dangerous)."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     keepalive_s: float = Field(default=5.0, gt=0)
+    http_header_timeout_s: float = Field(default=10.0, gt=0)
+    """Seconds a client has to send a complete request head before it is disconnected."""
+    http_body_timeout_s: float = Field(default=60.0, gt=0)
+    """Seconds a client has to send the whole request body after its head."""
+    max_connections_per_ip: int = Field(default=64, ge=0)
+    """Open connections per peer address (0 = unlimited, e.g. behind a reverse proxy)."""
     log_level: str = "info"
     spend_cap_key_usd: Decimal | None = Field(default=None, ge=0)
     """Total spend allowed per API key, across all its sessions."""

@@ -15,6 +15,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
 from app.agent.turns import TurnHandle
 from app.protocol.errors import ApiError, validation_error
+from app.protocol.limits import load_json_body, parse_off_loop
 from app.protocol.openai import ChatCompletionRequest
 from app.protocol.render import CompletionRenderer, error_payload, tool_event_payload
 from app.routes.deps import PrincipalDep, StateDep, read_limited_body
@@ -23,17 +24,7 @@ router = APIRouter()
 
 
 def parse_request(body: bytes) -> ChatCompletionRequest:
-    try:
-        data = json.loads(body.decode("utf-8"))
-        # A lone surrogate ("\ud800") parses but cannot be stored or sent upstream: refuse
-        # it here rather than fail half-way through creating the session.
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except (json.JSONDecodeError, UnicodeError) as exc:
-        raise ApiError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
-    except RecursionError:
-        raise ApiError(400, "request body is nested too deeply", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+    data = load_json_body(body)  # bounded: every failure is a 400 (app/protocol/limits.py)
     try:
         return ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
@@ -52,7 +43,7 @@ def idempotency(request: Request, body: bytes) -> tuple[str, str] | None:
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request, state: StateDep, principal: PrincipalDep) -> Response:
     body = await read_limited_body(request, state.settings.max_body_bytes)
-    chat = parse_request(body)
+    chat = await parse_off_loop(body, parse_request)
     session_header = request.headers.get("x-session-id") or chat.session_id
     started = state.chat.start(
         chat, principal, session_header, idempotency=idempotency(request, body)
