@@ -9,17 +9,31 @@ import sys
 
 
 def _serve(_args: argparse.Namespace) -> int:
+    from app.config import ConfigError, load_settings
+    from app.db.instance import DataDirBusy, DataDirLock
+
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"courier: {exc}", file=sys.stderr)
+        return 2
+    try:
+        # Before the heavy imports, so a refused second server says so at once. Held until
+        # the process exits; the kernel releases it even on SIGKILL.
+        lock = DataDirLock.acquire(settings.data_dir)
+    except DataDirBusy as exc:
+        print(f"courier: {exc}", file=sys.stderr)
+        return 3
+
     import uvicorn
 
-    from app.config import ConfigError, load_settings
     from app.main import create_app
     from app.protocol.connection_guard import ConnectionLimits, guarded_protocol
     from app.tools.plugins import PluginError, load_plugin_tools
 
     try:
-        settings = load_settings()
         load_plugin_tools(settings.tool_plugin_specs())
-    except (ConfigError, PluginError) as exc:
+    except PluginError as exc:
         print(f"courier: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(
@@ -38,6 +52,7 @@ def _serve(_args: argparse.Namespace) -> int:
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=5,
     )
+    lock.release()
     return 0
 
 

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.agent.turns import TurnManager
 from app.config import Settings
+from app.db.instance import holder_alive
 from app.db.store import Store
 from app.metrics import Metrics
 from app.protocol.errors import ApiError, validation_error
@@ -55,8 +56,9 @@ def build_providers(settings: Settings) -> dict[str, Provider]:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     store = Store.open(settings.db_path)
-    # SQLite is one process's file: a lease still set at startup belongs to a dead process.
-    if cleared := store.clear_all_leases():
+    # Only leases whose holder process is gone: `courier serve` holds the data directory's
+    # lock (app/db/instance.py), but a lease of a live holder must never be taken.
+    if cleared := store.clear_dead_leases(holder_alive):
         log.warning("cleared %d turn lease(s) left by a previous process", cleared)
     metrics = Metrics()
     turns = TurnManager(store, metrics)

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 
 from app.agent.events import TurnEvent, TurnFinished
 from app.agent.loop import TurnContext, run_turn
+from app.db.instance import new_lease_token as new_lease_token
 from app.db.store import Store
 from app.metrics import Metrics
 
@@ -22,10 +23,6 @@ log = logging.getLogger(__name__)
 
 LEASE_TTL_S = 6 * 3600.0
 """Long enough for any turn; a crashed process's leases are cleared at the next start."""
-
-
-def new_lease_token() -> str:
-    return secrets.token_hex(16)
 
 
 class SessionBusy(Exception):

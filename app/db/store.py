@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
@@ -237,6 +237,21 @@ class Store:
                 {"sid": session_id, "lease": lease},
             )
 
+    def clear_dead_leases(self, alive: Callable[[str], bool]) -> int:
+        """At startup: free the leases whose holder process is gone (`alive(lease)` False)."""
+        with self._tx() as db:
+            held = db.execute(text("SELECT id, lease FROM session WHERE lease IS NOT NULL"))
+            dead = [(sid, lease) for sid, lease in held if not alive(lease)]
+            for sid, lease in dead:
+                db.execute(
+                    text(
+                        "UPDATE session SET lease = NULL, lease_expires_at = NULL "
+                        "WHERE id = :sid AND lease = :lease"
+                    ),
+                    {"sid": sid, "lease": lease},
+                )
+        return len(dead)
+
     def clear_all_leases(self) -> int:
         """At startup: a lease left by a killed process would block its session until expiry."""
         with self._tx() as db:
@@ -311,9 +326,11 @@ class Store:
                 setattr(session, key, value)
             db.add(session)
 
-    def update_session(self, *, session_id: str, **values: Any) -> None:
-        """Persist compressor counters (not fenced: a verdict must land even late)."""
+    def update_session(self, *, session_id: str, lease: str, **values: Any) -> None:
+        """Persist compressor counters, fenced like every other write: a turn that lost
+        its lease must not reset the breaker of the turn that now owns the session."""
         with self._tx() as db:
+            self._fenced(db, session_id=session_id, lease=lease)
             session = db.get(SessionRow, session_id)
             if session is None:
                 return
