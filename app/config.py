@@ -21,6 +21,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from app.tools.tool_quota import GiB, ToolQuota
+
 MIN_KEY_LENGTH = 16
 _PLACEHOLDER_KEYS = frozenset(
     {"changeme", "change-me", "changeit", "secret", "your-api-key", "replace-me", "apikey"}
@@ -119,6 +121,25 @@ class Profile(BaseModel):
     """Let tools reach the network (the terminal sandbox shares the host network)."""
     fetch_allow_hosts: tuple[str, ...] = ()
     """Hosts or CIDRs web_fetch may reach although private or loopback."""
+    workspace_quota_bytes: int = Field(default=GiB, ge=0)
+    """Bytes a session's workspace may hold; file writes past it are refused."""
+    disk_reserve_bytes: int = Field(default=GiB, ge=0)
+    """Tool writes are refused while the workspace's filesystem has less free space."""
+    tool_memory_bytes: int = Field(default=2 * GiB, ge=64 * 1024 * 1024)
+    """Memory one terminal call may use (memory cgroup, else RLIMIT_AS)."""
+    tool_cpu_s: int = Field(default=600, ge=1)
+    """CPU seconds per process of a terminal call (RLIMIT_CPU)."""
+    tool_file_size_bytes: int = Field(default=GiB, ge=1024)
+    """Largest file a terminal call may write (RLIMIT_FSIZE)."""
+
+    def tool_quota(self) -> ToolQuota:
+        return ToolQuota(
+            workspace_bytes=self.workspace_quota_bytes,
+            disk_reserve_bytes=self.disk_reserve_bytes,
+            memory_bytes=self.tool_memory_bytes,
+            cpu_seconds=self.tool_cpu_s,
+            file_size_bytes=self.tool_file_size_bytes,
+        )
 
 
 def _toml_path() -> Path | None:
@@ -177,6 +198,11 @@ class Settings(BaseSettings):
     terminal_backend: Literal["sandbox", "local"] = "sandbox"
     """Default profile: `local` runs tool commands on the host and forbids an exposed bind."""
     tool_network: bool = False
+    workspace_quota_bytes: int = Field(default=GiB, ge=0)
+    disk_reserve_bytes: int = Field(default=GiB, ge=0)
+    tool_memory_bytes: int = Field(default=2 * GiB, ge=64 * 1024 * 1024)
+    tool_cpu_s: int = Field(default=600, ge=1)
+    tool_file_size_bytes: int = Field(default=GiB, ge=1024)
     cache_strategy: Literal["planner", "naive", "none"] = "planner"
     upstream_retry_attempts: int = Field(default=3, ge=1, le=10)
     upstream_retry_base_delay_s: float = Field(default=2.0, ge=0)
@@ -250,6 +276,11 @@ class Settings(BaseSettings):
             retry_base_delay_s=self.upstream_retry_base_delay_s,
             terminal_backend=self.terminal_backend,
             network=self.tool_network,
+            workspace_quota_bytes=self.workspace_quota_bytes,
+            disk_reserve_bytes=self.disk_reserve_bytes,
+            tool_memory_bytes=self.tool_memory_bytes,
+            tool_cpu_s=self.tool_cpu_s,
+            tool_file_size_bytes=self.tool_file_size_bytes,
             cache_strategy=self.cache_strategy,
         )
 

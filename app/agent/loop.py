@@ -91,6 +91,7 @@ class TurnContext:
             terminal_backend=p.terminal_backend,
             terminal_timeout_s=p.terminal_timeout_s,
             fetch_allow_hosts=p.fetch_allow_hosts,
+            quota=p.tool_quota(),
         )
 
 

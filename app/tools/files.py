@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.tools.beneath import DIR_FLAGS, entry_kind, open_beneath, walk, write_atomic
+from app.tools.beneath import DIR_FLAGS, open_beneath, walk, write_atomic
 from app.tools.linear_regex import LinearRegex, RegexError, compile_linear
+from app.tools.quota import check_write
 from app.tools.registry import Tool, ToolContext, ToolError
 from app.tools.workspace import (
     BINARY_SNIFF_BYTES,
@@ -100,10 +101,18 @@ def _write_beneath(ctx: ToolContext, root_fd: int, raw: str, data: bytes) -> str
         with walk(ctx.workspace, root_fd, raw, create_parents=True) as w:
             if w.name is None:
                 raise ToolError(f"{raw} is a directory")
-            mode = entry_kind(w.dir_fd, w.name)
+            try:
+                existing: os.stat_result | None = os.stat(
+                    w.name, dir_fd=w.dir_fd, follow_symlinks=False
+                )
+            except FileNotFoundError:
+                existing = None
+            mode = existing.st_mode if existing is not None else None
             if mode is not None and stat.S_ISDIR(mode):
                 raise ToolError(f"{raw} is a directory")
             keep = stat.S_IMODE(mode) if mode is not None and stat.S_ISREG(mode) else None
+            replacing = existing.st_blocks * 512 if existing is not None else 0
+            check_write(ctx.quota, root_fd, adding=len(data), replacing=replacing)
             write_atomic(w.dir_fd, w.name, data, mode=NEW_FILE_MODE if keep is None else keep)
             return w.rel
     except (FileExistsError, NotADirectoryError):

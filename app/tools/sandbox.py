@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -46,6 +47,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from app.tools.memory_cgroup import MemoryCgroup
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,8 @@ the spill layer relocates a large result to a file without losing any of it, so 
 here at the spill size would throw away exactly what spilling exists to keep. This cap only
 bounds memory against a command that prints forever."""
 TMP_SIZE_BYTES = 512 * 1024 * 1024
+CPU_GRACE_S = 5
+"""Extra CPU seconds between RLIMIT_CPU's soft limit (SIGXCPU) and its hard one (SIGKILL)."""
 KILL_GRACE_S = 2.0
 """After the command ends, how long to wait for its output pipe to close."""
 PROBE_RETRY_S = 60.0
@@ -120,6 +125,17 @@ class CommandResult:
     """The command's exit status; negative is a signal (local backend); None on timeout."""
     timed_out: bool
     dropped_bytes: int = 0
+    limit_hit: str | None = None
+    """Which per-call limit ended the command ("memory"), when we can tell."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceLimits:
+    """Per-call limits beyond the process count: memory, CPU seconds, largest file."""
+
+    memory_bytes: int
+    cpu_seconds: int
+    file_size_bytes: int
 
 
 # -- the bwrap command line ------------------------------------------------------------------
@@ -737,6 +753,7 @@ async def run_sandboxed(
     network: bool = False,
     max_output_bytes: int = MAX_OUTPUT_BYTES,
     max_processes: int = MAX_PROCESSES,
+    limits: ResourceLimits | None = None,
 ) -> CommandResult:
     """Run `command` with the shell under bwrap, `workspace` at /workspace."""
     bwrap = _find_bwrap()
@@ -747,19 +764,40 @@ async def run_sandboxed(
     await asyncio.to_thread(_bwrap_options, bwrap)  # cached `bwrap --help`, off the loop
     rlimit = await asyncio.to_thread(_nproc_rlimit, max_processes)
     cgroup = await asyncio.to_thread(_PidsCgroup.create, max_processes)
+    memory = (
+        await asyncio.to_thread(MemoryCgroup.create, limits.memory_bytes)
+        if limits is not None
+        else None
+    )
     try:
         prefix: list[str] = []
-        if cgroup is not None:
-            # Join the cgroup before bwrap forks anything: moving bwrap in afterwards would
-            # leave its already-forked children outside the limit.
-            script = 'echo $$ > "$1" && shift && exec "$@"'
-            prefix += ["/bin/sh", "-c", script, "courier-sandbox", str(cgroup.procs)]
+        joins = [str(c.procs) for c in (cgroup, memory) if c is not None]
+        if joins:
+            # Join the cgroups before bwrap forks anything: moving bwrap in afterwards would
+            # leave its already-forked children outside the limits.
+            script = (
+                'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+            )
+            prefix += ["/bin/sh", "-c", script, "courier-sandbox", *joins, "--"]
         prlimit = shutil.which("prlimit", path=SANDBOX_PATH)
         if prlimit is not None:
             # Set before bwrap starts, so a command cannot raise it back (that would need
             # CAP_SYS_RESOURCE on the host). No core dumps: they would land in the
             # workspace, or go to the host's crash handler running as root.
-            prefix += [prlimit, f"--nproc={rlimit}:{rlimit}", "--core=0:0", "--"]
+            prefix += [prlimit, f"--nproc={rlimit}:{rlimit}", "--core=0:0"]
+            if limits is not None:
+                prefix += [
+                    # SIGXCPU at the soft limit (the shell names it), SIGKILL a little
+                    # later for a process that ignores it.
+                    f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + CPU_GRACE_S}",
+                    f"--fsize={limits.file_size_bytes}:{limits.file_size_bytes}",
+                ]
+                if memory is None:
+                    # No memory cgroup here: cap each process's address space instead.
+                    prefix += [f"--as={limits.memory_bytes}:{limits.memory_bytes}"]
+            prefix.append("--")
+        elif limits is not None:
+            _warn_once("prlimit missing: no CPU, file-size or address-space limit per command")
         elif cgroup is None:
             _warn_once("neither prlimit nor a pids cgroup: sandbox process count unlimited")
         if cgroup is None and os.geteuid() == 0:
@@ -773,17 +811,22 @@ async def run_sandboxed(
                 data_fds=fds,
                 seccomp_fd=seccomp,
             )
-            return await _execute(
+            result = await _execute(
                 [*prefix, *argv],
                 timeout_s=timeout_s,
                 max_output_bytes=max_output_bytes,
                 env=_HOST_ENV,
                 pass_fds=_fd_list(fds, seccomp),
             )
+        if memory is not None and await asyncio.to_thread(memory.oom_killed):
+            return dataclasses.replace(result, limit_hit="memory")
+        return result
     finally:
         if cgroup is not None:
             # Shielded: a cancelled turn must still reap the cgroup, or it leaks.
             await asyncio.shield(asyncio.to_thread(cgroup.destroy))
+        if memory is not None:
+            await asyncio.shield(asyncio.to_thread(memory.destroy))
 
 
 async def run_local(
