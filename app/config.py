@@ -132,6 +132,17 @@ class Profile(BaseModel):
     tool_file_size_bytes: int = Field(default=GiB, ge=1024)
     """Largest file a terminal call may write (RLIMIT_FSIZE)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _web_needs_network(cls, data: Any) -> Any:
+        # web_fetch always fails without network: offering it anyway costs schema tokens
+        # on every request and invites calls that can only error.
+        if isinstance(data, dict) and data.get("network") is not True:
+            toolsets = data.get("toolsets", cls.model_fields["toolsets"].default)
+            if isinstance(toolsets, list | tuple):
+                data = {**data, "toolsets": tuple(t for t in toolsets if t != "web")}
+        return data
+
     def tool_quota(self) -> ToolQuota:
         return ToolQuota(
             workspace_bytes=self.workspace_quota_bytes,

@@ -317,3 +317,30 @@ def _wait_until(check: Callable[[], bool], timeout: float = 15.0) -> None:
                 return
         time.sleep(0.1)
     raise AssertionError("condition not reached")
+
+
+def test_an_empty_session_id_header_is_a_400(server: Server, sim: Simulator) -> None:
+    body = {"model": "courier", "messages": [{"role": "user", "content": "hi"}]}
+    error = _error(_chat(server, body, **{"X-Session-Id": ""}), 400)
+    assert error["param"] == "X-Session-Id" and error["code"] == "invalid_session_id"
+    assert sim.requests() == []  # refused before any session or upstream call
+
+
+def test_a_blank_session_id_header_is_a_400(server: Server, sim: Simulator) -> None:
+    # httpx refuses to send a whitespace-only value, so this one goes over a raw socket.
+    payload = json.dumps({"model": "courier", "messages": [{"role": "user", "content": "x"}]})
+    auth = server.headers()["Authorization"]
+    raw = (
+        f"POST {URL} HTTP/1.1\r\nHost: courier\r\nAuthorization: {auth}\r\n"
+        "Content-Type: application/json\r\nX-Session-Id:  \t \r\nConnection: close\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n{payload}"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(raw)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.split()[1] == b"400", data
+    assert json.loads(body)["error"]["param"] == "X-Session-Id"
+    assert sim.requests() == []

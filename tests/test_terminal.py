@@ -330,3 +330,17 @@ async def test_local_backend_timeout_and_leftovers(workspace: Path) -> None:
     assert wait_gone(b"sleep\x0025.3") == []
     assert wait_gone(b"sleep\x0024.9") == []
     assert os.getpid()  # the test process itself was not in the killed group
+
+
+async def test_the_host_keyring_is_invisible(workspace: Path) -> None:
+    # The issue's finding: /proc/keys in the sandbox listed the host keyring's entries.
+    assert Path("/proc/keys").exists()
+    script = (
+        "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+        # keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, create=1)
+        "r = libc.syscall(250, 0, -3, 1); print('keyctl', r, ctypes.get_errno())"
+    )
+    out = await run(
+        workspace, f'cat /proc/keys /proc/key-users 2>/dev/null | wc -c; python3 -c "{script}"'
+    )
+    assert out == "exit code: 0\n0\nkeyctl -1 38\n"  # nothing readable; ENOSYS

@@ -15,7 +15,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
 from app.agent.turns import TurnHandle
 from app.protocol.errors import ApiError, validation_error
-from app.protocol.limits import load_json_body, parse_off_loop
+from app.protocol.limits import load_json_body, parse_off_loop, session_id_header
 from app.protocol.openai import ChatCompletionRequest
 from app.protocol.render import CompletionRenderer, error_payload, tool_event_payload
 from app.routes.deps import PrincipalDep, StateDep, read_limited_body
@@ -44,7 +44,7 @@ def idempotency(request: Request, body: bytes) -> tuple[str, str] | None:
 async def chat_completions(request: Request, state: StateDep, principal: PrincipalDep) -> Response:
     body = await read_limited_body(request, state.settings.max_body_bytes)
     chat = await parse_off_loop(body, parse_request)
-    session_header = request.headers.get("x-session-id") or chat.session_id
+    session_header = session_id_header(request) or chat.session_id
     started = state.chat.start(
         chat, principal, session_header, idempotency=idempotency(request, body)
     )

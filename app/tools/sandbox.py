@@ -113,6 +113,11 @@ _PROC_COVER = ("sys", "sysrq-trigger", "irq", "bus", "acpi", "fs", "scsi")
 owned by uid 0, which a sandbox run by root passes (see the module docstring)."""
 
 
+_PROC_MASK = ("keys", "key-users")
+"""Emptied in the sandbox: they list the host keyring's entries (names, owners, quotas).
+The keyring syscalls themselves are refused by the seccomp filter."""
+
+
 class SandboxError(Exception):
     """The sandbox could not be set up (bwrap missing or failing); the command did not run."""
 
@@ -250,6 +255,8 @@ def bwrap_argv(
         # The source is the host's /proc: same kernel, so the same entries, and reads
         # through it resolve per-namespace files against the reader, i.e. the sandbox.
         argv += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
+    for name in _PROC_MASK:
+        argv += ["--ro-bind-try", "/dev/null", f"/proc/{name}"]
     argv += ["--dev", "/dev"]
     if "--size" in options:
         argv += ["--size", str(TMP_SIZE_BYTES)]
@@ -310,7 +317,9 @@ def _sandbox_inputs() -> Iterator[tuple[dict[str, int], int | None]]:
 # any local user who can reach the data directory. Ownership is all chmod checks, so only a
 # syscall filter stops it: the mode-taking calls fail with EPERM when the mode carries
 # S_ISUID or S_ISGID. openat2 and io_uring are refused with ENOSYS because their modes sit
-# where a filter cannot read them (libc falls back to openat).
+# where a filter cannot read them (libc falls back to openat). The keyring calls (add_key,
+# request_key, keyctl) are refused too: the sandbox shares the host's kernel keyrings, so a
+# command could otherwise read or join the caller's session keyring.
 
 _S_ISUID_ISGID = 0o6000
 _EPERM, _ENOSYS = 1, 38
@@ -325,12 +334,13 @@ _SECCOMP_ARCHES: dict[str, tuple[int, dict[int, int], tuple[int, ...]]] = {
         0xC000003E,
         # open, creat, chmod, fchmod, mknod, openat, mknodat, fchmodat, fchmodat2
         {2: 2, 85: 1, 90: 1, 91: 1, 133: 1, 257: 3, 259: 2, 268: 2, 452: 2},
-        (425, 426, 427, 437),  # io_uring_setup, _enter, _register; openat2
+        # io_uring_setup, _enter, _register; openat2; add_key, request_key, keyctl
+        (425, 426, 427, 437, 248, 249, 250),
     ),
     "aarch64": (
         0xC00000B7,
         {56: 3, 33: 2, 52: 1, 53: 2, 452: 2},  # openat, mknodat, fchmod, fchmodat, fchmodat2
-        (425, 426, 427, 437),
+        (425, 426, 427, 437, 217, 218, 219),
     ),
 }
 _MACHINE_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
