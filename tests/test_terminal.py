@@ -254,11 +254,16 @@ async def test_no_network_by_default(workspace: Path, listener: socket.socket) -
         listener.accept()
 
 
-async def test_network_when_the_profile_allows_it(workspace: Path, listener: socket.socket) -> None:
+async def test_network_on_still_keeps_the_host_loopback_out(
+    workspace: Path, listener: socket.socket
+) -> None:
+    # network = true used to share the host's namespace: this connect succeeded. Now the
+    # sandbox's only way out is the egress proxy (tests/test_egress.py).
     port = listener.getsockname()[1]
     out = await run(workspace, CONNECT.format(port=port), network=True)
-    assert out == "exit code: 0\nconnected\n"
-    listener.accept()[0].close()
+    assert "connected" not in out.splitlines()
+    with pytest.raises(BlockingIOError):
+        listener.accept()
 
 
 async def test_fork_bomb_hits_the_process_limit(workspace: Path) -> None:

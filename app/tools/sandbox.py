@@ -37,6 +37,7 @@ import itertools
 import logging
 import os
 import platform
+import shlex
 import shutil
 import signal
 import struct
@@ -48,6 +49,15 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.security.egress import (
+    BRIDGE_SOURCE,
+    PROXY_PORT,
+    SOCKET_DIR_IN_SANDBOX,
+    SOCKET_NAME,
+    EgressProxy,
+    bridge_python,
+    proxy_env,
+)
 from app.tools.memory_cgroup import MemoryCgroup
 
 log = logging.getLogger(__name__)
@@ -205,6 +215,7 @@ def bwrap_argv(
     network: bool,
     data_fds: Mapping[str, int],
     seccomp_fd: int | None = None,
+    egress_dir: Path | None = None,
 ) -> list[str]:
     """The bwrap command line running `command` with `workspace` at /workspace.
 
@@ -216,8 +227,11 @@ def bwrap_argv(
     # namespace a root caller's sandbox would run as real root with all its capabilities,
     # so fail instead.
     argv = [bwrap, "--unshare-all", "--unshare-user"]
-    if network:
-        argv.append("--share-net")
+    # With network the sandbox still keeps its own (empty) network namespace: its only way
+    # out is the egress proxy's socket in `egress_dir` (app/security/egress.py). Sharing
+    # the host's namespace would hand it the host's loopback and LAN unguarded.
+    if network and egress_dir is None:
+        raise SandboxError("network access needs the egress proxy; refusing a shared network")
     if "--disable-userns" in options:
         # A nested user namespace grants capabilities again (inside it): kernel attack
         # surface the command has no use for.
@@ -262,10 +276,13 @@ def bwrap_argv(
         argv += ["--size", str(TMP_SIZE_BYTES)]
     argv += ["--tmpfs", "/tmp"]
     argv += ["--bind", str(workspace), SANDBOX_WORKSPACE]
+    if network and egress_dir is not None:
+        argv += ["--ro-bind", str(egress_dir), SOCKET_DIR_IN_SANDBOX]
     # The root is a tmpfs bwrap built; left writable, `echo x > /etc/evil` would "succeed"
     # (harmlessly, but it reads like an escape and lets a command fake system files).
     argv += ["--remount-ro", "/", "--chdir", SANDBOX_WORKSPACE, "--clearenv"]
-    for key, value in sandbox_env().items():
+    env = {**sandbox_env(), **(proxy_env() if network else {})}
+    for key, value in env.items():
         argv += ["--setenv", key, value]
     return [*argv, "--", *command]
 
@@ -764,8 +781,57 @@ async def run_sandboxed(
     max_output_bytes: int = MAX_OUTPUT_BYTES,
     max_processes: int = MAX_PROCESSES,
     limits: ResourceLimits | None = None,
+    egress_allow: Sequence[str] = (),
 ) -> CommandResult:
-    """Run `command` with the shell under bwrap, `workspace` at /workspace."""
+    """Run `command` with the shell under bwrap, `workspace` at /workspace.
+
+    With `network`, outbound traffic goes only through an egress proxy applying the SSRF
+    rules with `egress_allow` as the allow-list (see app/security/egress.py).
+    """
+    if not network:
+        return await _run_sandboxed(
+            command,
+            workspace,
+            timeout_s=timeout_s,
+            max_output_bytes=max_output_bytes,
+            max_processes=max_processes,
+            limits=limits,
+            egress=None,
+        )
+    python = bridge_python()
+    if python is None:
+        raise SandboxError(
+            "network access from the sandbox needs python3 on the host (for the egress bridge)"
+        )
+    async with EgressProxy(egress_allow) as proxy:
+        sock = f"{SOCKET_DIR_IN_SANDBOX}/{SOCKET_NAME}"
+        # The bridge binds its port and forks, so the command starts with it listening.
+        wrapped = (
+            f"{shlex.quote(python)} -c {shlex.quote(BRIDGE_SOURCE)} {PROXY_PORT} "
+            f"{shlex.quote(sock)} || {{ echo 'courier: egress bridge failed' >&2; exit 126; }}\n"
+            f"exec {shlex.quote(shell())} -c {shlex.quote(command)}"
+        )
+        return await _run_sandboxed(
+            wrapped,
+            workspace,
+            timeout_s=timeout_s,
+            max_output_bytes=max_output_bytes,
+            max_processes=max_processes,
+            limits=limits,
+            egress=proxy.directory,
+        )
+
+
+async def _run_sandboxed(
+    command: str,
+    workspace: Path,
+    *,
+    timeout_s: float,
+    max_output_bytes: int,
+    max_processes: int,
+    limits: ResourceLimits | None,
+    egress: Path | None,
+) -> CommandResult:
     bwrap = _find_bwrap()
     if bwrap is None:
         raise SandboxError("bwrap (bubblewrap) is not installed")
@@ -817,9 +883,10 @@ async def run_sandboxed(
                 bwrap,
                 root,
                 [shell(), "-c", command],
-                network=network,
+                network=egress is not None,
                 data_fds=fds,
                 seccomp_fd=seccomp,
+                egress_dir=egress,
             )
             result = await _execute(
                 [*prefix, *argv],

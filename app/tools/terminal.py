@@ -135,7 +135,12 @@ async def guarded_run(ctx: ToolContext, command: str, timeout_s: float) -> Comma
     )
     run = asyncio.create_task(
         run_sandboxed(
-            command, ctx.workspace, timeout_s=timeout_s, network=ctx.network, limits=limits
+            command,
+            ctx.workspace,
+            timeout_s=timeout_s,
+            network=ctx.network,
+            limits=limits,
+            egress_allow=ctx.fetch_allow_hosts,
         )
     )
 
