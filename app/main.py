@@ -22,6 +22,7 @@ from app.db.instance import holder_alive
 from app.db.store import Store
 from app.metrics import Metrics
 from app.protocol.errors import ApiError, validation_error
+from app.protocol.limits import shutdown_worker
 from app.providers.base import Provider
 from app.providers.factory import build_provider
 from app.routes import chat, health, models, sessions
@@ -103,6 +104,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for provider in providers.values():
             await provider.aclose()
         store.close()
+        shutdown_worker()
 
 
 async def _api_error(_request: Request, exc: Exception) -> JSONResponse:

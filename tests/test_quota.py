@@ -125,3 +125,20 @@ async def test_cpu_time_is_limited(ws: Path) -> None:
     ctx = _ctx(ws, cpu_seconds=1)
     out = await _terminal(ctx, "while :; do :; done")
     assert "CPU time limit" in out, out
+
+
+async def test_a_terminal_write_loop_stops_at_the_disk_reserve(ws: Path) -> None:
+    import os
+
+    st = os.statvfs(ws)
+    free = st.f_bavail * st.f_frsize
+    # A reserve just under today's free space: a few MiB of writes cross it.
+    ctx = _ctx(ws, workspace_bytes=1 * GiB, disk_reserve_bytes=free - 4 * MiB)
+    out = await _terminal(
+        ctx,
+        "for i in $(seq 200); do head -c 1048576 /dev/zero > f$i || exit 9; sleep 0.01; done; "
+        "echo finished",
+    )
+    assert "finished" not in out
+    assert "free-space reserve" in out or "file size limit" in out.lower(), out
+    assert len(list(ws.iterdir())) < 200

@@ -201,14 +201,6 @@ def open_beneath(workspace: Path, root_fd: int, raw: str, *, directory: bool) ->
     raise ToolError(f"cannot resolve path {raw!r}: symlink loop")
 
 
-def entry_kind(dir_fd: int, name: str) -> int | None:
-    """st_mode of `name` in `dir_fd` without following it, or None when absent."""
-    try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
-    except FileNotFoundError:
-        return None
-
-
 def write_atomic(dir_fd: int, name: str, data: bytes, *, mode: int) -> None:
     """Replace `name` in `dir_fd` with `data` via a temp file renamed in the same directory.
 

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from app.tools.beneath import open_root
-from app.tools.quota import over_quota_note, usage_bytes
+from app.tools.quota import free_bytes, over_quota_note, usage_bytes
 from app.tools.registry import PathClaim, Tool, ToolContext, ToolError
 from app.tools.sandbox import (
     CommandResult,
@@ -34,6 +34,8 @@ LIMIT_MESSAGES = {
     "(stream data instead of loading it whole) or ask the operator to raise tool_memory_bytes",
     "workspace_quota": "the workspace went over its byte quota while the command ran; "
     "delete files you no longer need",
+    "disk_reserve": "the server's disk fell under its free-space reserve while the command "
+    "ran; delete files or tell the operator",
 }
 _SIGNAL_LIMITS = {
     # The shell reports a signalled child as 128 + signal; the local backend as -signal.
@@ -109,27 +111,28 @@ def _quota_note(ctx: ToolContext) -> str | None:
         os.close(fd)
 
 
-def _usage(ctx: ToolContext) -> int:
+def _usage(ctx: ToolContext) -> tuple[int, int]:
+    """(bytes the workspace holds, bytes free on its filesystem)."""
     fd = open_root(ctx.workspace)
     try:
-        return usage_bytes(fd)
+        return usage_bytes(fd), free_bytes(fd)
     finally:
         os.close(fd)
 
 
 async def guarded_run(ctx: ToolContext, command: str, timeout_s: float) -> CommandResult:
     """The sandboxed command under the per-call limits, stopped if the workspace outgrows
-    its quota while it runs."""
+    its quota, or the disk's free space falls under the reserve, while it runs."""
     quota = ctx.quota
-    used = await asyncio.to_thread(_usage, ctx)
-    room = quota.workspace_bytes - used
+    used, free = await asyncio.to_thread(_usage, ctx)
     # Already over (an earlier call): the command may still run to delete files, but the
     # workspace must not grow any further.
     ceiling = max(quota.workspace_bytes, used)
+    room = min(quota.workspace_bytes - used, free - quota.disk_reserve_bytes)
     limits = ResourceLimits(
         memory_bytes=quota.memory_bytes,
         cpu_seconds=quota.cpu_seconds,
-        # No single file may be bigger than the quota left (at least a page, so the
+        # No single file may be bigger than the room left (at least a page, so the
         # command can still write a small file and delete big ones).
         file_size_bytes=max(4096, min(quota.file_size_bytes, room)),
     )
@@ -144,8 +147,13 @@ async def guarded_run(ctx: ToolContext, command: str, timeout_s: float) -> Comma
         )
     )
 
-    async def watch() -> None:
-        while await asyncio.to_thread(_usage, ctx) <= ceiling:
+    async def watch() -> str:
+        while True:
+            now_used, now_free = await asyncio.to_thread(_usage, ctx)
+            if now_used > ceiling:
+                return "workspace_quota"
+            if now_free < quota.disk_reserve_bytes and now_used > used:
+                return "disk_reserve"
             await asyncio.sleep(QUOTA_POLL_S)
 
     watcher = asyncio.create_task(watch())
@@ -159,9 +167,8 @@ async def guarded_run(ctx: ToolContext, command: str, timeout_s: float) -> Comma
             with contextlib.suppress(asyncio.CancelledError):
                 await run
     if run.cancelled():
-        return CommandResult(
-            output="", exit_code=None, timed_out=False, limit_hit="workspace_quota"
-        )
+        reason = watcher.result() if watcher.done() and not watcher.cancelled() else "quota"
+        return CommandResult(output="", exit_code=None, timed_out=False, limit_hit=reason)
     return run.result()
 
 
