@@ -20,8 +20,6 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from starlette.requests import Request
-
 from app.protocol.errors import ApiError, loc_to_param
 
 MAX_MESSAGES = 10_000
@@ -36,20 +34,6 @@ OFF_LOOP_BYTES = 256 * 1024
 round trip costs more than parsing them)."""
 
 T = TypeVar("T")
-
-
-def session_id_header(request: Request) -> str | None:
-    """X-Session-Id, refusing an empty or blank one: treating it as absent would silently
-    start a new session for a client that meant to continue one."""
-    value = request.headers.get("x-session-id")
-    if value is not None and not value.strip():
-        raise ApiError(
-            400,
-            "X-Session-Id is empty; omit the header to start a new session",
-            param="X-Session-Id",
-            code="invalid_session_id",
-        )
-    return value
 
 
 def _bounded_int(text: str) -> int:
