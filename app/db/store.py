@@ -115,21 +115,25 @@ def _message_row(m: NewMessage, *, session_id: str, turn_id: str | None) -> Mess
 
 _INSERT_MESSAGE = (
     "INSERT INTO message (session_id, turn_id, role, content, api_content, tool_calls, "
-    "tool_call_id, tool_name, is_error, reasoning, kind, active, compacted, created_at) "
-    "VALUES (?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 0, ?)"
+    "tool_call_id, tool_name, is_error, reasoning, kind, images, active, compacted, "
+    "created_at) VALUES (?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 0, ?)"
 )
 _ACTIVE_MESSAGES = (
     "SELECT id, role, content, api_content, tool_calls, tool_call_id, tool_name, is_error, "
-    "turn_id, kind FROM message WHERE session_id = ? AND active = 1 ORDER BY id"
+    "turn_id, kind, images FROM message WHERE session_id = ? AND active = 1 ORDER BY id"
 )
+"""Hand-written for speed (see create_session, active_messages): a column added to
+MessageRow must be added here and in `_message_values` / `active_messages` too
+(tests/test_store.py checks the round trip of every field)."""
 
 
 def _message_values(m: NewMessage, *, session_id: str, now: float) -> tuple[Any, ...]:
     """The row `_message_row` would produce, as parameters of _INSERT_MESSAGE."""
     calls = json.dumps(list(m.tool_calls)) if m.tool_calls else None
+    images = json.dumps(list(m.images)) if m.images else None
     return (
         session_id, m.role, m.content, m.api_content, calls, m.tool_call_id, m.tool_name,
-        m.is_error, m.reasoning, m.kind, now,
+        m.is_error, m.reasoning, m.kind, images, now,
     )  # fmt: skip
 
 
@@ -419,6 +423,7 @@ class Store:
                 is_error=bool(r[7]),
                 turn_id=r[8],
                 kind=r[9],
+                images=tuple(json.loads(r[10])) if r[10] else (),
             )
             for r in rows
         ]
