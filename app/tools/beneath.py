@@ -132,7 +132,7 @@ def walk(
                 except OSError as exc:
                     if exc.errno in (errno.EINVAL, errno.ENOENT):  # swapped back meanwhile
                         pending.appendleft(comp)
-                        continue
+                        continue  # (already counted as a hop: a swap loop stays bounded)
                     raise
                 if target.startswith("/"):
                     parts = _relative_parts(workspace, target, raw)
