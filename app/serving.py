@@ -36,6 +36,7 @@ from app.protocol.openai import ChatCompletionRequest, ChatMessageIn
 from app.providers.base import Provider, SamplingParams
 from app.providers.pricing import PriceOverride, price_usage
 from app.providers.usage import Usage
+from app.security.approvals import ApprovalGate
 from app.security.auth import Principal
 from app.tools.memory import memory_snapshot
 from app.tools.registry import ToolRegistry
@@ -128,7 +129,9 @@ class ChatServing:
         tools: ToolRegistry,
         providers: dict[str, Provider],
         metrics: Metrics,
+        approvals: ApprovalGate | None = None,
     ) -> None:
+        self.approvals = approvals
         self.metrics = metrics
         self.prefixes = StablePrefixRegistry()
         self.compressor = Compressor(prefixes=self.prefixes)
@@ -313,6 +316,7 @@ class ChatServing:
             stable_len=recover_stable_boundary(session.system_prompt, stable),
             prefixes=self.prefixes,
             compressor=self.compressor,
+            gate=self.approvals,
             rebuild_prompt=lambda: self.session_prompt(
                 profile,
                 session_id=session.id,

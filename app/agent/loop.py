@@ -42,6 +42,7 @@ from app.providers.base import (
 from app.providers.pricing import Cost, PriceOverride, price_usage
 from app.providers.retry import stream_with_retry
 from app.providers.usage import Usage
+from app.security.approvals import ApprovalGate, turn_guard
 from app.tools.registry import ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,8 @@ class TurnContext:
     compressor: Compressor | None = None
     rebuild_prompt: Callable[[], str] = lambda: ""
     """Rebuild the session's system prompt from its stored inputs (used by compaction)."""
+    gate: ApprovalGate | None = None
+    """Where calls that need a human wait; None refuses them (missing state means deny)."""
 
     @property
     def tool_context(self) -> ToolContext:
@@ -116,6 +119,15 @@ class TurnState:
                 turn_id=ctx.turn_id,
                 context_window=ctx.profile.context_window,
                 emit=ctx.emit,
+                guard=turn_guard(
+                    ctx.gate,
+                    profile=ctx.profile,
+                    session_id=ctx.session_id,
+                    turn_id=ctx.turn_id,
+                    owner=ctx.owner,
+                    workspace=ctx.workspace,
+                    emit=ctx.emit,
+                ),
             )
         return self.runner
 

@@ -12,12 +12,24 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
+from app.agent.events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnText,
+)
 from app.agent.turns import TurnHandle
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.openai import ChatCompletionRequest
-from app.protocol.render import CompletionRenderer, error_payload, tool_event_payload
-from app.routes.deps import PrincipalDep, StateDep, read_limited_body
+from app.protocol.render import (
+    CompletionRenderer,
+    approval_event_payload,
+    error_payload,
+    tool_event_payload,
+)
+from app.routes.deps import PrincipalDep, StateDep, read_limited_body, turn_slot
 
 router = APIRouter()
 
@@ -54,18 +66,36 @@ async def chat_completions(request: Request, state: StateDep, principal: Princip
     body = await read_limited_body(request, state.settings.max_body_bytes)
     chat = parse_request(body)
     session_header = request.headers.get("x-session-id") or chat.session_id
-    started = state.chat.start(
-        chat, principal, session_header, idempotency=idempotency(request, body)
-    )
+    if principal.session_id is not None and session_header != principal.session_id:
+        raise ApiError(
+            403,
+            "this token is bound to one session; send its id in X-Session-Id",
+            code="token_session_mismatch",
+        )
+    slot = turn_slot(state, principal)
+    try:
+        started = state.chat.start(
+            chat, principal, session_header, idempotency=idempotency(request, body)
+        )
+    except BaseException:
+        slot.release()
+        raise
+    slot.bind(started.handle.task)
     headers = {"X-Session-Id": started.session_id}
     renderer = CompletionRenderer(
         chat.model, include_usage=bool(chat.stream_options and chat.stream_options.include_usage)
     )
     renderer.adopt(started.handle)
     if chat.stream:
-        opted_in = "tools" in request.headers.get("x-courier-events", "").lower().split(",")
+        wanted = {e.strip() for e in request.headers.get("x-courier-events", "").lower().split(",")}
         return EventSourceResponse(
-            sse_frames(started.handle, renderer, state.settings.keepalive_s, tool_events=opted_in),
+            sse_frames(
+                started.handle,
+                renderer,
+                state.settings.keepalive_s,
+                tool_events="tools" in wanted,
+                approval_events="approvals" in wanted,
+            ),
             headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             ping=0,
             sep="\n",
@@ -107,6 +137,7 @@ async def sse_frames(
     keepalive_s: float,
     *,
     tool_events: bool = False,
+    approval_events: bool = False,
 ) -> AsyncIterator[ServerSentEvent]:
     """Standard chunks, a comment line whenever `keepalive_s` pass without a byte, and
     named `courier.tool` frames only for a client that asked (plain SDKs would choke)."""
@@ -124,6 +155,8 @@ async def sse_frames(
                 yield ServerSentEvent(data=renderer.text_chunk(event.text))
             elif tool_events and isinstance(event, ToolStarted | ToolFinished):
                 yield ServerSentEvent(event="courier.tool", data=tool_event_payload(event))
+            elif approval_events and isinstance(event, ApprovalRequested | ApprovalResolved):
+                yield ServerSentEvent(event="courier.approval", data=approval_event_payload(event))
             elif isinstance(event, TurnFinished):
                 finished = True
                 if event.error is not None:
