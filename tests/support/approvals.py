@@ -27,6 +27,8 @@ class BackgroundTurn:
     headers: dict[str, str] = field(default_factory=dict)
     stream: bool = False
     model: str = "courier"
+    key: str | None = None
+    """Send this key instead of the server's default one."""
     response: httpx.Response | None = None
     lines: list[str] = field(default_factory=list)
     error: BaseException | None = None
@@ -44,17 +46,16 @@ class BackgroundTurn:
             "messages": [{"role": "user", "content": self.text}],
         }
         url = f"{self.server.base_url}/v1/chat/completions"
+        headers = self.server.headers(**self.headers)
+        if self.key is not None:
+            headers["Authorization"] = f"Bearer {self.key}"
         try:
             if self.stream:
-                with httpx.stream(
-                    "POST", url, json=body, headers=self.server.headers(**self.headers), timeout=60
-                ) as resp:
+                with httpx.stream("POST", url, json=body, headers=headers, timeout=60) as resp:
                     self.response = resp
                     self.lines = list(resp.iter_lines())
             else:
-                self.response = httpx.post(
-                    url, json=body, headers=self.server.headers(**self.headers), timeout=60
-                )
+                self.response = httpx.post(url, json=body, headers=headers, timeout=60)
         except BaseException as exc:  # reported by join()
             self.error = exc
 
