@@ -37,7 +37,7 @@ from app.providers.base import Provider, SamplingParams
 from app.providers.pricing import PriceOverride, price_usage
 from app.providers.usage import Usage
 from app.security.approvals import ApprovalGate
-from app.security.auth import Principal
+from app.security.auth import Principal, key_spend_caps
 from app.tools.memory import memory_snapshot
 from app.tools.registry import ToolRegistry
 
@@ -377,12 +377,16 @@ class ChatServing:
             spent = Decimal(session.cost_usd) if session else Decimal(0)
             caps.append(Cap("session", s.spend_cap_session_usd, spent))
         # Key caps bill the session's owner, even when an admin key drives the turn.
-        if s.spend_cap_key_usd is not None:
+        # A `[[keys]]` entry's own caps win over the global per-key caps.
+        own_total, own_daily = key_spend_caps(s.keys).get(owner, (None, None))
+        key_total = own_total if own_total is not None else s.spend_cap_key_usd
+        key_daily = own_daily if own_daily is not None else s.spend_cap_key_daily_usd
+        if key_total is not None:
             spent, _ = self.store.spent_by_owner(owner=owner)
-            caps.append(Cap("API key", s.spend_cap_key_usd, spent))
-        if s.spend_cap_key_daily_usd is not None:
+            caps.append(Cap("API key", key_total, spent))
+        if key_daily is not None:
             spent, _ = self.store.spent_by_owner(owner=owner, since=time.time() - DAY_S)
-            caps.append(Cap("API key (24h)", s.spend_cap_key_daily_usd, spent))
+            caps.append(Cap("API key (24h)", key_daily, spent))
         if not caps:
             return SpendGuard([])
         # Refuse up front when spend cannot be tracked: a cap on an unpriced model would

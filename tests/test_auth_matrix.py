@@ -35,6 +35,7 @@ KEYS = {
     "limited": "limited-key-0123456789abcdef",
     "solo": "solo-key-0123456789abcdef",
     "worker": "worker-key-0123456789abcdef",
+    "thrifty": "thrifty-key-0123456789abcdef",
 }
 SCOPES = {
     "chatter": ["chat"],
@@ -45,6 +46,7 @@ SCOPES = {
     "limited": ["chat"],
     "solo": ["chat"],
     "worker": ["chat", "sessions:read", "approvals"],
+    "thrifty": ["chat"],
 }
 
 
@@ -60,6 +62,8 @@ def _toml(path: Path) -> Path:
             lines.append("requests_per_minute = 3")
         if name == "solo":
             lines.append("max_concurrent_turns = 1")
+        if name == "thrifty":
+            lines.append('spend_cap_usd = "0.0000001"')
         lines.append("")
     path.write_text("\n".join(lines))
     return path
@@ -197,6 +201,16 @@ def test_rate_limit_gives_429_with_retry_after(server: Server) -> None:
     assert codes[-1].json()["error"]["code"] == "rate_limit_exceeded"
     # Other keys are not affected.
     assert httpx.get(f"{server.base_url}/v1/models", headers=_h(KEYS["chatter"])).status_code == 200
+
+
+def test_a_keys_own_spend_cap_stops_it_and_only_it(server: Server, sim: Simulator) -> None:
+    assert _chat(server, sim, KEYS["thrifty"]).status_code == 200  # spends past its cap
+    before = len(sim.requests())
+    refused = _chat(server, sim, KEYS["thrifty"])
+    assert refused.status_code == 402
+    assert refused.json()["error"]["code"] == "spend_limit_reached"
+    assert len(sim.requests()) == before  # refused before any upstream call
+    assert _chat(server, sim, KEYS["chatter"]).status_code == 200
 
 
 def _background(server: Server, key: str) -> BackgroundTurn:

@@ -143,3 +143,16 @@ def _principal(key: KeyConfig, digest: str) -> Principal:
         spend_cap_usd=key.spend_cap_usd,
         spend_cap_daily_usd=key.spend_cap_daily_usd,
     )
+
+
+def key_spend_caps(keys: Sequence[KeyConfig]) -> dict[str, tuple[Decimal | None, Decimal | None]]:
+    """Owner fingerprint -> (total, rolling 24 h) spend caps of each `[[keys]]` entry."""
+    caps: dict[str, tuple[Decimal | None, Decimal | None]] = {}
+    for key in keys:
+        if key.key is not None:
+            digest = hashlib.sha256(key.key.get_secret_value().encode()).hexdigest()
+        else:
+            assert key.key_sha256 is not None
+            digest = key.key_sha256
+        caps[fingerprint_of_digest(digest)] = (key.spend_cap_usd, key.spend_cap_daily_usd)
+    return caps
