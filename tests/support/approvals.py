@@ -53,7 +53,8 @@ class BackgroundTurn:
             if self.stream:
                 with httpx.stream("POST", url, json=body, headers=headers, timeout=60) as resp:
                     self.response = resp
-                    self.lines = list(resp.iter_lines())
+                    for line in resp.iter_lines():
+                        self.lines.append(line)  # visible to the test while the turn runs
             else:
                 self.response = httpx.post(url, json=body, headers=headers, timeout=60)
         except BaseException as exc:  # reported by join()
