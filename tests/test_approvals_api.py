@@ -328,3 +328,26 @@ def test_approvals_off_still_holds_the_floor(
 
 def test_api_key_constant_is_the_default_key() -> None:
     assert API_KEY  # the shared test key: these servers name its principal "default"
+
+
+def test_a_decision_after_the_client_left_gets_409(
+    server: Server, sim: Simulator, junk: Path
+) -> None:
+    _wipe_turn(sim)
+    body = {"model": "courier", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    with httpx.stream(
+        "POST",
+        f"{server.base_url}/v1/chat/completions",
+        json=body,
+        headers=server.headers(),
+        timeout=30,
+    ) as resp:
+        lines = resp.iter_lines()
+        next(lines)  # the role chunk: the turn is running
+        [approval] = pending(server)
+    # The client hung up: the turn is cancelled, and its approval with it.
+    url = f"{server.base_url}/v1/approvals/{approval['id']}"
+    _until(lambda: httpx.get(url, headers=server.headers()).json()["status"] == "cancelled")
+    late = decide(server, approval["id"], "once")
+    assert late.status_code == 409
+    assert sorted(p.name for p in junk.iterdir()) == ["a.txt", "b.txt"]

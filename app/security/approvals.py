@@ -48,7 +48,6 @@ CODE_ARGUMENTS = ("command", "cmd", "script", "code")
 """A tool taking one of these as a string runs code, so the command guard reads it."""
 MAX_SUMMARY_CHARS = 2000
 
-CallGuard = Callable[[ToolCall, Tool, dict[str, Any]], Any]
 
 
 class ApprovalNotFound(Exception):
