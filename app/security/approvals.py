@@ -49,7 +49,6 @@ CODE_ARGUMENTS = ("command", "cmd", "script", "code")
 MAX_SUMMARY_CHARS = 2000
 
 
-
 class ApprovalNotFound(Exception):
     pass
 
