@@ -29,7 +29,7 @@ from app.routes import chat, health, models, sessions, tokens
 from app.routes import metrics as metrics_routes
 from app.security.approvals import ApprovalGate, ApprovalPolicy
 from app.security.auth import Authenticator
-from app.security.headers import SecurityHeaders
+from app.security.headers import SECURITY_HEADERS, SecurityHeaders
 from app.security.limits import Limits
 from app.security.redact import install as install_redaction
 from app.security.tokens import TokenIssuer
@@ -167,7 +167,9 @@ async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _unhandled(_request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error", exc_info=exc)
-    return ApiError(500, "internal server error", code="internal_error").response()
+    # Starlette answers this one outside the middleware stack, so the headers go here too.
+    headers = {k.decode(): v.decode() for k, v in SECURITY_HEADERS}
+    return ApiError(500, "internal server error", code="internal_error", headers=headers).response()
 
 
 def create_app(settings: Settings) -> FastAPI:

@@ -7,6 +7,7 @@ the next session's system prompt), write into .courier/, and link .courier/spill
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,19 +28,33 @@ HOSTILE = [
 ]
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    folder = tmp_path / "shared"
-    (folder / "src").mkdir(parents=True)
-    (folder / "src" / "main.py").write_text("print('precious')\n")
-    (folder / ".env").write_text("KEEP=1\n")
-    return folder
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("shared")
 
 
 @pytest.fixture
-def server(simulator: Simulator, ws: Path, tmp_path: Path) -> Iterator[Server]:
-    env = sim_env(simulator.base_url, COURIER_WORKSPACE=str(ws), COURIER_APPROVAL_TIMEOUT_S="30")
-    srv = Server(data_dir=tmp_path / "data", env=env).start()
+def ws(shared: Path) -> Path:
+    """The shared workspace, reset to a small project before each test."""
+    for child in shared.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    (shared / "src").mkdir()
+    (shared / "src" / "main.py").write_text("print('precious')\n")
+    (shared / ".env").write_text("KEEP=1\n")
+    return shared
+
+
+@pytest.fixture(scope="module")
+def server(
+    simulator: Simulator, shared: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    env = sim_env(
+        simulator.base_url, COURIER_WORKSPACE=str(shared), COURIER_APPROVAL_TIMEOUT_S="30"
+    )
+    srv = Server(data_dir=tmp_path_factory.mktemp("data"), env=env).start()
     yield srv
     srv.stop()
 

@@ -78,9 +78,15 @@ def redact_text(text: str) -> str:
 
 
 def _redact_arg(value: Any) -> Any:
+    if isinstance(value, str):
+        return _active.redact(value)
     if isinstance(value, int | float | bool) or value is None:
-        return value  # keep %d and %f formatting working
-    return _active.redact(value if isinstance(value, str) else str(value))
+        return value
+    # Other objects keep their type (so `%.2f` of a Decimal still formats) unless their
+    # text shows a secret, in which case the redacted text stands in for them.
+    text = str(value)
+    redacted = _active.redact(text)
+    return value if redacted == text else redacted
 
 
 def _redact_record(record: logging.LogRecord) -> None:
