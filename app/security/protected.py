@@ -89,6 +89,16 @@ class PathPolicy:
         if "\x00" in raw:
             return None  # the tool itself refuses it with a clearer message
         path = Path(raw) if Path(raw).is_absolute() else workspace / raw
+        if write and _real(path) in self.instruction_files:
+            return Verdict(
+                "approve",
+                "protected.instruction_file",
+                "a write to one of the profile's instruction files",
+            )
+        root = _real(workspace)
+        lexical, real = Path(os.path.abspath(path)), _real(path)
+        if not any(p == root or root in p.parents for p in (lexical, real)):
+            return None  # the file tool refuses it as outside the workspace, more clearly
         if self.hard_blocked(path) or self.hard_blocked(Path(os.path.abspath(path))):
             return Verdict(
                 "block",
