@@ -503,7 +503,16 @@ def _broad(target: str) -> bool:
     )
 
 
+_COMPUTED_COMMAND = re.compile(r"(?:^|[;&|\n(]|&&|\|\|)\s*(?:\$\(|`)")
+
+
 def _dangerous(text: str, segs: Sequence[Segment]) -> Verdict | None:
+    if _COMPUTED_COMMAND.search(text) or any(s.program.startswith("$") for s in segs):
+        # `$(echo rm) -rf ~` or `$CMD -rf ~`: no pattern can read a name computed at run
+        # time, so a human does.
+        return Verdict(
+            "approve", "danger.computed_command", "a command whose name is computed at run time"
+        )
     for seg in segs:
         p = seg.program
         if _recursive_rm(seg) and (not seg.operands() or any(_broad(a) for a in seg.operands())):
