@@ -27,6 +27,8 @@ from app.providers.factory import build_provider
 from app.routes import approvals as approval_routes
 from app.routes import chat, health, models, sessions, tokens
 from app.routes import metrics as metrics_routes
+from app.routes.cors import CorsMiddleware
+from app.routes.head import HeadAsGet
 from app.security.approvals import ApprovalGate, ApprovalPolicy
 from app.security.auth import Authenticator
 from app.security.headers import SECURITY_HEADERS, SecurityHeaders
@@ -192,5 +194,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(metrics_routes.router)
     app.include_router(approval_routes.router)
     app.include_router(tokens.router)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(CorsMiddleware, origins=settings.cors_origins)
+    # Outermost, so CORS preflights and HEAD answers carry the headers too.
     app.add_middleware(SecurityHeaders)
     return app
