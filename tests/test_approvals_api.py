@@ -103,8 +103,13 @@ def test_dangerous_command_waits_and_once_runs_it(
     [result] = tool_results(sim)
     assert result.startswith("exit code: 0")
 
-    frames = [i for i, line in enumerate(turn.lines) if line == "event: courier.approval"]
-    payloads = [json.loads(turn.lines[i + 1].removeprefix("data: ")) for i in frames]
+    # Approval progress rides in ordinary chunks, like tool progress: an empty delta and a
+    # `courier` field, never a named event (the official SDKs crash on those).
+    assert not [line for line in turn.lines if line.startswith("event:")]
+    chunks = [json.loads(x[6:]) for x in turn.lines if x.startswith("data: {")]
+    progress = [c for c in chunks if "courier" in c]
+    assert all(c["choices"] == [{"index": 0, "delta": {}, "finish_reason": None}] for c in progress)
+    payloads = [c["courier"] for c in progress]
     assert [p["type"] for p in payloads] == ["approval.requested", "approval.resolved"]
     assert payloads[0]["approval_id"] == approval["id"]
     assert payloads[1]["status"] == "approved"
@@ -145,6 +150,8 @@ def test_deny_is_a_plain_refusal_and_plain_clients_see_no_named_events(
     assert "Do not retry" in result
     assert sorted(p.name for p in junk.iterdir()) == ["a.txt", "b.txt"]
     assert not [line for line in turn.lines if line.startswith("event:")]
+    chunks = [json.loads(x[6:]) for x in turn.lines if x.startswith("data: {")]
+    assert not [c for c in chunks if "courier" in c]  # not opted in: no progress at all
     assert "data: [DONE]" in turn.lines
 
 
