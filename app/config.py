@@ -123,6 +123,13 @@ class Profile(BaseModel):
     """Let tools reach the network (the terminal sandbox shares the host network)."""
     fetch_allow_hosts: tuple[str, ...] = ()
     """Hosts or CIDRs web_fetch may reach although private or loopback."""
+    approval_timeout_s: float = Field(default=120.0, gt=0, le=24 * 3600)
+    """How long a call that needs a human waits before it is denied."""
+    unattended: Literal["ask", "deny", "allow"] = "ask"
+    """Calls that need approval: ask a human, deny them, or allow them (the floor and
+    protected writes still hold under `allow`)."""
+    instruction_files: tuple[Path, ...] = ()
+    """Files that steer this profile's behaviour: every write to one needs a human."""
     aliases: tuple[str, ...] = ()
     """More model ids that name this profile (`gpt-4.1`, `gpt-4o-mini`: what apps default to)."""
     relay: bool = False
@@ -164,9 +171,48 @@ class Profile(BaseModel):
         )
 
 
+SCOPES = ("chat", "sessions:read", "approvals", "metrics", "admin")
+RESERVED_KEY_NAMES = frozenset({"default", "admin", "metrics"})
+"""Names of the keys given by COURIER_API_KEY, COURIER_ADMIN_API_KEY, COURIER_METRICS_API_KEY."""
+MIN_TOKEN_SECRET_BYTES = 32
+
+
+class KeyConfig(BaseModel):
+    """One API key: who it is, what it may do, and how much."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64)
+    key: SecretStr | None = None
+    """The key itself; prefer `key_sha256` so the config file holds no secret."""
+    key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
+    """The hex SHA-256 of the key (`printf %s "$KEY" | sha256sum`)."""
+    scopes: tuple[Literal["chat", "sessions:read", "approvals", "metrics", "admin"], ...] = (
+        "chat",
+        "sessions:read",
+    )
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    max_concurrent_turns: int | None = Field(default=None, ge=1)
+    spend_cap_usd: Decimal | None = Field(default=None, ge=0)
+    spend_cap_daily_usd: Decimal | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> KeyConfig:
+        if (self.key is None) == (self.key_sha256 is None):
+            raise ValueError(f"key {self.name!r}: give exactly one of key or key_sha256")
+        if self.key is not None and (problem := key_problem(self.key.get_secret_value())):
+            raise ValueError(f"key {self.name!r}: " + problem.replace("COURIER_API_KEY", "key"))
+        return self
+
+
 def _toml_path() -> Path | None:
     raw = os.environ.get("COURIER_CONFIG")
     return Path(raw) if raw else None
+
+
+def config_file_path() -> Path | None:
+    """The TOML file settings came from; read once at startup, like the settings."""
+    return _toml_path()
 
 
 class Settings(BaseSettings):
@@ -242,6 +288,27 @@ class Settings(BaseSettings):
     profiles: tuple[Profile, ...] = ()
     """Extra profiles from `[[profiles]]` in the TOML file."""
 
+    # Access control (app/security/): read here once, never again from the environment.
+    approvals: str = "on"
+    """`off` trusts the agent with dangerous commands (never with the floor or protected
+    writes); read once at startup, so changing the environment later changes nothing."""
+    approvals_deny: tuple[str, ...] = ()
+    """Glob patterns of commands that are refused outright, on every backend."""
+    approvals_allow: tuple[str, ...] = ()
+    """Glob patterns of commands that skip approval (never for compound commands)."""
+    approvals_separate_approver: bool = False
+    """The principal whose turn asked may not approve its own call."""
+    approval_timeout_s: float = Field(default=120.0, gt=0, le=24 * 3600)
+    approvals_unattended: Literal["ask", "deny", "allow"] = "ask"
+    keys: tuple[KeyConfig, ...] = ()
+    """Extra API keys from `[[keys]]`: name, scopes, limits, caps."""
+    max_concurrent_turns: int = Field(default=10, ge=1)
+    """Turns running at once across all principals; more get 429 with Retry-After."""
+    tokens_enabled: bool = False
+    """Serve `POST /v1/tokens` and accept the short-lived JWTs it mints."""
+    token_secret: SecretStr | None = None
+    """HS256 secret for tokens, at least 32 bytes; required when tokens are enabled."""
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -303,6 +370,20 @@ class Settings(BaseSettings):
         names = [p.name for p in self.all_profiles()]
         if len(names) != len(set(names)):
             raise ValueError(f"profile names must be unique, got {names}")
+        if self.approvals.strip().lower() not in ("on", "off", "true", "false", "1", "0"):
+            raise ValueError("COURIER_APPROVALS must be on or off")
+        key_names = [k.name for k in self.keys]
+        if len(key_names) != len(set(key_names)) or set(key_names) & RESERVED_KEY_NAMES:
+            raise ValueError(
+                f"key names must be unique and not one of {sorted(RESERVED_KEY_NAMES)}"
+            )
+        if self.tokens_enabled:
+            secret = self.token_secret.get_secret_value() if self.token_secret else ""
+            if len(secret.encode()) < MIN_TOKEN_SECRET_BYTES:
+                raise ValueError(
+                    "refusing to start: tokens_enabled needs COURIER_TOKEN_SECRET of at least "
+                    f"{MIN_TOKEN_SECRET_BYTES} bytes (run `courier keygen` for one)"
+                )
         return self
 
     def default_profile(self) -> Profile:
@@ -329,6 +410,8 @@ class Settings(BaseSettings):
             tool_cpu_s=self.tool_cpu_s,
             tool_file_size_bytes=self.tool_file_size_bytes,
             cache_strategy=self.cache_strategy,
+            approval_timeout_s=self.approval_timeout_s,
+            unattended=self.approvals_unattended,
             aliases=self.model_aliases,
         )
 

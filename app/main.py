@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.agent.turns import TurnManager
 from app.config import Settings
+from app.db.approval_store import ApprovalStore
 from app.db.instance import holder_alive
 from app.db.store import Store
 from app.metrics import Metrics
@@ -25,11 +26,17 @@ from app.protocol.errors import ApiError, validation_error
 from app.protocol.limits import shutdown_worker
 from app.providers.base import Provider
 from app.providers.factory import build_provider
-from app.routes import chat, health, models, sessions
+from app.routes import approvals as approval_routes
+from app.routes import chat, health, models, sessions, tokens
 from app.routes import metrics as metrics_routes
 from app.routes.cors import CorsMiddleware
 from app.routes.head import HeadAsGet
+from app.security.approvals import ApprovalGate, ApprovalPolicy
 from app.security.auth import Authenticator
+from app.security.headers import SECURITY_HEADERS, SecurityHeaders
+from app.security.limits import Limits
+from app.security.redact import install as install_redaction
+from app.security.tokens import TokenIssuer
 from app.serving import ChatServing
 from app.state import AppState
 from app.tools.plugins import load_plugin_tools
@@ -55,9 +62,47 @@ def build_providers(settings: Settings) -> dict[str, Provider]:
     }
 
 
+def build_authenticator(settings: Settings) -> Authenticator:
+    tokens = None
+    if settings.tokens_enabled and settings.token_secret is not None:
+        tokens = TokenIssuer(settings.token_secret.get_secret_value())
+    return Authenticator(
+        settings.api_key,
+        admin_key=settings.admin_api_key,
+        metrics_key=settings.metrics_api_key,
+        keys=settings.keys,
+        tokens=tokens,
+    )
+
+
+def build_gate(settings: Settings, store: Store, auth: Authenticator) -> ApprovalGate:
+    approval_store = ApprovalStore(store.engine)
+    # A pending approval of a dead process has nobody waiting on it: close it, so a
+    # decision that arrives now gets 409 instead of silently approving nothing.
+    if abandoned := approval_store.abandon_pending():
+        log.warning("closed %d approval(s) left pending by a previous process", abandoned)
+    policy = ApprovalPolicy.from_settings(settings)
+    if policy.bypass:
+        log.warning(
+            "COURIER_APPROVALS=off: dangerous commands run without asking; the floor, "
+            "deny globs and protected writes still hold"
+        )
+    return ApprovalGate(approval_store, policy, names={p.owner: p.label for p in auth.principals()})
+
+
+def known_secrets(settings: Settings) -> list[str]:
+    """Every credential the process holds, for the log and error redactor."""
+    values = [settings.api_key, settings.admin_api_key, settings.metrics_api_key]
+    values += [settings.upstream_api_key, settings.token_secret]
+    values += [p.api_key for p in settings.profiles]
+    values += [k.key for k in settings.keys]
+    return [v.get_secret_value() for v in values if v is not None]
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
+    install_redaction(known_secrets(settings))
     store = Store.open(settings.db_path)
     # Only leases whose holder process is gone: `courier serve` holds the data directory's
     # lock (app/db/instance.py), but a lease of a live holder must never be taken.
@@ -75,14 +120,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             *load_plugin_tools(settings.tool_plugin_specs()),
         ]
     )
+    auth = build_authenticator(settings)
+    approvals = build_gate(settings, store, auth)
     app.state.courier = AppState(
         settings=settings,
         store=store,
-        auth=Authenticator(
-            settings.api_key,
-            admin_key=settings.admin_api_key,
-            metrics_key=settings.metrics_api_key,
-        ),
+        auth=auth,
         turns=turns,
         providers=providers,
         chat=ChatServing(
@@ -92,9 +135,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             tools=tools,
             providers=providers,
             metrics=metrics,
+            approvals=approvals,
         ),
         started_at=int(time.time()),
         metrics=metrics,
+        approvals=approvals,
+        limits=Limits(max_concurrent_turns=settings.max_concurrent_turns),
     )
     if settings.metrics_port:
         # Loopback only: this listener has no auth, so it must not be reachable from outside.
@@ -127,7 +173,9 @@ async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _unhandled(_request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error", exc_info=exc)
-    return ApiError(500, "internal server error", code="internal_error").response()
+    # Starlette answers this one outside the middleware stack, so the headers go here too.
+    headers = {k.decode(): v.decode() for k, v in SECURITY_HEADERS}
+    return ApiError(500, "internal server error", code="internal_error", headers=headers).response()
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -148,6 +196,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(chat.router)
     app.include_router(sessions.router)
     app.include_router(metrics_routes.router)
+    app.include_router(approval_routes.router)
+    app.include_router(tokens.router)
     app.add_middleware(HeadAsGet)
     app.add_middleware(CorsMiddleware, origins=settings.cors_origins)
+    # Outermost, so CORS preflights and HEAD answers carry the headers too.
+    app.add_middleware(SecurityHeaders)
     return app

@@ -12,19 +12,28 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.agent.events import ClientToolCalls, ToolFinished, ToolStarted, TurnFinished, TurnText
+from app.agent.events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ClientToolCalls,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnText,
+)
 from app.agent.turns import TurnHandle
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.limits import load_json_body, parse_off_loop
 from app.protocol.openai import ChatCompletionRequest
 from app.protocol.render import (
     CompletionRenderer,
+    approval_event_payload,
     error_payload,
     retry_headers,
     tool_event_payload,
 )
 from app.providers.base import ToolCall
-from app.routes.deps import PrincipalDep, StateDep, read_limited_body
+from app.routes.deps import PrincipalDep, StateDep, read_limited_body, turn_slot
 from app.serving import Retry
 
 router = APIRouter()
@@ -62,12 +71,20 @@ def session_header(request: Request) -> str | None:
 async def chat_completions(request: Request, state: StateDep, principal: PrincipalDep) -> Response:
     body = await read_limited_body(request, state.settings.max_body_bytes)
     chat = await parse_off_loop(body, parse_request)
-    started = state.chat.start(
-        chat,
-        principal,
-        session_header(request) or chat.session_id,
-        retry=retry_of(request, body),
-    )
+    session_id = session_header(request) or chat.session_id
+    if principal.session_id is not None and session_id != principal.session_id:
+        raise ApiError(
+            403,
+            "this token is bound to one session; send its id in X-Session-Id",
+            code="token_session_mismatch",
+        )
+    slot = turn_slot(state, principal)
+    try:
+        started = state.chat.start(chat, principal, session_id, retry=retry_of(request, body))
+    except BaseException:
+        slot.release()
+        raise
+    slot.bind(started.handle.task)
     headers = {"X-Session-Id": started.session_id}
     if started.ignored:
         headers["X-Courier-Ignored"] = ", ".join(started.ignored)
@@ -76,9 +93,15 @@ async def chat_completions(request: Request, state: StateDep, principal: Princip
     )
     renderer.adopt(started.handle)
     if chat.stream:
-        opted_in = "tools" in request.headers.get("x-courier-events", "").lower().split(",")
+        wanted = {e.strip() for e in request.headers.get("x-courier-events", "").lower().split(",")}
         return EventSourceResponse(
-            sse_frames(started.handle, renderer, state.settings.keepalive_s, tool_events=opted_in),
+            sse_frames(
+                started.handle,
+                renderer,
+                state.settings.keepalive_s,
+                tool_events="tools" in wanted,
+                approval_events="approvals" in wanted,
+            ),
             headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             ping=0,
             sep="\n",
@@ -148,6 +171,7 @@ async def sse_frames(
     keepalive_s: float,
     *,
     tool_events: bool = False,
+    approval_events: bool = False,
 ) -> AsyncIterator[ServerSentEvent]:
     """Standard chunks, a comment line whenever `keepalive_s` pass without a byte, and
     progress chunks only for a client that asked."""
@@ -168,6 +192,8 @@ async def sse_frames(
                     yield ServerSentEvent(data=chunk)
             elif tool_events and isinstance(event, ToolStarted | ToolFinished):
                 yield ServerSentEvent(data=renderer.progress_chunk(tool_event_payload(event)))
+            elif approval_events and isinstance(event, ApprovalRequested | ApprovalResolved):
+                yield ServerSentEvent(data=renderer.progress_chunk(approval_event_payload(event)))
             elif isinstance(event, TurnFinished):
                 finished = True
                 if event.error is not None:
