@@ -241,6 +241,9 @@ class Settings(BaseSettings):
     """Seconds a client has to send the whole request body after its head."""
     max_connections_per_ip: int = Field(default=64, ge=0)
     """Open connections per peer address (0 = unlimited, e.g. behind a reverse proxy)."""
+    upstream_max_connections: int | None = Field(default=None, ge=1)
+    """Connections per upstream; None = `max_concurrent_turns`. Never below it: a smaller
+    pool would silently queue streams behind each other."""
     log_level: str = "info"
     implicit_sessions: bool = True
     """Off: a request without a session id always starts a new session (every profile)."""
@@ -367,6 +370,14 @@ class Settings(BaseSettings):
                 'execution; bind 127.0.0.1, use terminal_backend = "sandbox", or set '
                 "COURIER_ALLOW_EXPOSED_HOST_EXEC=1 if you accept that risk"
             )
+        pool = self.upstream_max_connections
+        if pool is not None and pool < self.max_concurrent_turns:
+            raise ValueError(
+                f"COURIER_UPSTREAM_MAX_CONNECTIONS={pool} is below "
+                f"COURIER_MAX_CONCURRENT_TURNS={self.max_concurrent_turns}: turns past the "
+                "pool size would wait for a connection with no error; raise it or lower the "
+                "turn limit"
+            )
         names = [p.name for p in self.all_profiles()]
         if len(names) != len(set(names)):
             raise ValueError(f"profile names must be unique, got {names}")
@@ -414,6 +425,9 @@ class Settings(BaseSettings):
             unattended=self.approvals_unattended,
             aliases=self.model_aliases,
         )
+
+    def upstream_pool_size(self) -> int:
+        return self.upstream_max_connections or self.max_concurrent_turns
 
     def all_profiles(self) -> tuple[Profile, ...]:
         return (self.default_profile(), *self.profiles)

@@ -20,12 +20,14 @@ from app.agent.turns import TurnManager
 from app.config import Settings
 from app.db.approval_store import ApprovalStore
 from app.db.instance import holder_alive
+from app.db.stats import count_db_work
 from app.db.store import Store
 from app.metrics import Metrics
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.limits import shutdown_worker
 from app.providers.base import Provider
-from app.providers.factory import build_provider
+from app.providers.clients import UpstreamClients
+from app.providers.factory import DEFAULT_BASE_URLS, build_provider
 from app.routes import approvals as approval_routes
 from app.routes import chat, health, models, sessions, tokens
 from app.routes import metrics as metrics_routes
@@ -49,17 +51,19 @@ from app.tools.workspace import workspace_tools
 log = logging.getLogger(__name__)
 
 
-def build_providers(settings: Settings) -> dict[str, Provider]:
-    return {
-        profile.name: build_provider(
+def build_providers(settings: Settings, clients: UpstreamClients) -> dict[str, Provider]:
+    providers: dict[str, Provider] = {}
+    for profile in settings.all_profiles():
+        base_url = profile.base_url or DEFAULT_BASE_URLS[profile.provider]
+        providers[profile.name] = build_provider(
             profile.provider,
-            base_url=profile.base_url,
+            base_url=base_url,
             api_key=profile.api_key.get_secret_value() if profile.api_key else None,
             cache_markers=profile.cache_markers,
             timeout=profile.upstream_timeout_s,
+            http_client=clients.for_url(base_url, timeout=profile.upstream_timeout_s),
         )
-        for profile in settings.all_profiles()
-    }
+    return providers
 
 
 def build_authenticator(settings: Settings) -> Authenticator:
@@ -109,8 +113,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if cleared := store.clear_dead_leases(holder_alive):
         log.warning("cleared %d turn lease(s) left by a previous process", cleared)
     metrics = Metrics()
-    turns = TurnManager(store, metrics)
-    providers = build_providers(settings)
+    count_db_work(
+        store.engine, on_commit=metrics.db_commits.inc, on_statement=metrics.db_statements.inc
+    )
+    turns = TurnManager(store, metrics, max_running=settings.max_concurrent_turns)
+    clients = UpstreamClients(max_connections=settings.upstream_pool_size())
+    providers = build_providers(settings, clients)
     tools = ToolRegistry(
         [
             *workspace_tools(),
@@ -151,6 +159,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await turns.shutdown()
         for provider in providers.values():
             await provider.aclose()
+        await clients.aclose()
         store.close()
         shutdown_worker()
 

@@ -278,19 +278,30 @@ class ChatServing:
             profile=profile.name,
             end_user=request.user or request.safety_identifier,
         )
-        place = self._place(request, principal, profile, conversation, session, seed)
-        try:
-            self._append(place, conversation)
-            specs = client_specs(request)
-            handle = self.turns.start(
-                lambda turn_id, emit: self._context(
-                    request, profile, place, owner, spend, specs, fmt, turn_id=turn_id, emit=emit
-                ),
-                on_finish=self._indexer(place, seed),
-            )
-        except BaseException:
-            self.store.release_lease(session_id=place.session.id, lease=place.lease)
-            raise
+        # One transaction from here to the turn row (session or continuation, messages,
+        # lease): this span never awaits, and a failure leaves nothing half-made.
+        with self.store.unit():
+            place = self._place(request, principal, profile, conversation, session, seed)
+            try:
+                self._append(place, conversation)
+                specs = client_specs(request)
+                handle = self.turns.start(
+                    lambda turn_id, emit: self._context(
+                        request,
+                        profile,
+                        place,
+                        owner,
+                        spend,
+                        specs,
+                        fmt,
+                        turn_id=turn_id,
+                        emit=emit,
+                    ),
+                    on_finish=self._indexer(place, seed),
+                )
+            except BaseException:
+                self.store.release_lease(session_id=place.session.id, lease=place.lease)
+                raise
         return handle
 
     def _place(
@@ -605,7 +616,8 @@ class ChatServing:
         return TurnContext(
             store=self.store,
             provider=self.providers[profile.name],
-            tools=self.tools,
+            # The snapshot is the allowlist: a hidden tool is an unknown tool to this turn.
+            tools=self.tools.restricted_to(snapshot_names(session.tool_snapshot)),
             profile=profile,
             session_id=session.id,
             owner=owner,

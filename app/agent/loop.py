@@ -401,6 +401,8 @@ def persist_reply(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, ...]) -
         session_id=ctx.session_id,
         lease=ctx.lease,
         turn_id=ctx.turn_id,
+        # A reply without calls is acted on by nothing: it rides in the closing commit.
+        defer=not calls,
         messages=[
             NewMessage(
                 role="assistant",

@@ -160,6 +160,15 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
+    def restricted_to(self, names: Iterable[str]) -> ToolRegistry:
+        """A view holding only `names`: a session's snapshot is what it may run, not only
+        what it is shown. Resolving against the whole registry let a model that named a
+        tool outside its toolsets run it anyway. Availability is shared with this one."""
+        allowed = set(names)
+        view = ToolRegistry(tool for name, tool in self._tools.items() if name in allowed)
+        view.availability = self.availability
+        return view
+
     def names(self, toolsets: Iterable[str] | None = None) -> list[str]:
         wanted = set(toolsets) if toolsets is not None else None
         return sorted(
