@@ -29,6 +29,7 @@ from app.agent.tool_snapshot import (
 from app.agent.turns import LEASE_TTL_S, SessionBusy, TurnHandle, TurnManager, new_lease_token
 from app.config import Profile, Settings
 from app.db.models import SessionRow
+from app.db.session_query import is_retracted
 from app.db.store import NewMessage, Store
 from app.metrics import Metrics
 from app.protocol.errors import ApiError
@@ -195,7 +196,11 @@ class ChatServing:
     def _owned_session(self, principal: Principal, session_id: str) -> SessionRow:
         session = self.store.get_session(session_id=session_id)
         # Another key's session answers exactly like a missing one: no existence oracle.
-        if session is None or (session.owner != principal.owner and not principal.admin):
+        if (
+            session is None
+            or (session.owner != principal.owner and not principal.admin)
+            or is_retracted(self.store, session_id=session_id)
+        ):
             raise ApiError(
                 404,
                 f"session '{session_id}' not found",
