@@ -23,10 +23,12 @@ from app.metrics import Metrics
 from app.protocol.errors import ApiError, validation_error
 from app.providers.base import Provider
 from app.providers.factory import build_provider
-from app.routes import chat, health, models, sessions
+from app.responses_serving import ResponsesServing
+from app.routes import capabilities, chat, health, models, openapi, responses, sessions
 from app.routes import metrics as metrics_routes
 from app.security.auth import Authenticator
 from app.serving import ChatServing
+from app.session_service import SessionService
 from app.state import AppState
 from app.tools.plugins import load_plugin_tools
 from app.tools.registry import ToolRegistry
@@ -70,6 +72,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             *load_plugin_tools(settings.tool_plugin_specs()),
         ]
     )
+    chat_serving = ChatServing(
+        settings=settings,
+        store=store,
+        turns=turns,
+        tools=tools,
+        providers=providers,
+        metrics=metrics,
+    )
     app.state.courier = AppState(
         settings=settings,
         store=store,
@@ -80,16 +90,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ),
         turns=turns,
         providers=providers,
-        chat=ChatServing(
-            settings=settings,
-            store=store,
-            turns=turns,
-            tools=tools,
-            providers=providers,
-            metrics=metrics,
-        ),
+        chat=chat_serving,
         started_at=int(time.time()),
         metrics=metrics,
+        responses=ResponsesServing(
+            chat=chat_serving,
+            sessions=SessionService(store=store, chat=chat_serving, turns=turns),
+        ),
     )
     if settings.metrics_port:
         # Loopback only: this listener has no auth, so it must not be reachable from outside.
@@ -141,5 +148,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(models.router)
     app.include_router(chat.router)
     app.include_router(sessions.router)
+    app.include_router(responses.router)
+    app.include_router(capabilities.router)
+    app.include_router(openapi.router)
     app.include_router(metrics_routes.router)
     return app

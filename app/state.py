@@ -9,6 +9,7 @@ from app.config import Settings
 from app.db.store import Store
 from app.metrics import Metrics
 from app.providers.base import Provider
+from app.responses_serving import ResponsesServing
 from app.security.auth import Authenticator
 from app.serving import ChatServing
 
@@ -23,3 +24,5 @@ class AppState:
     chat: ChatServing
     started_at: int
     metrics: Metrics
+    responses: ResponsesServing
+    """The Responses API on top of `chat`; it owns the tasks that record responses."""

@@ -40,3 +40,12 @@ class ResponseRow(SQLModel, table=True):
     """The request's input items as normalised JSON, for `/input_items`."""
     retracted: bool = False
     created_at: float = Field(default_factory=_now, index=True)
+
+
+class HealthProbeRow(SQLModel, table=True):
+    """One row the readiness probe rewrites, proving the database accepts commits."""
+
+    __tablename__ = "health_probe"
+
+    id: int = Field(primary_key=True)
+    at: float = 0.0

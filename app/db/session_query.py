@@ -269,6 +269,27 @@ def retract_messages(
         return int(getattr(changed, "rowcount", 0))
 
 
+def delete_messages(
+    store: Store, *, session_id: str, lease: str, first_id: int, last_id: int
+) -> int:
+    """Hard-delete one exchange's rows (a `store: false` response), fenced by the lease."""
+    with Session(store.engine) as db:
+        conn = db.connection()
+        fence = conn.execute(
+            text("UPDATE session SET updated_at = :now WHERE id = :sid AND lease = :lease"),
+            {"now": time.time(), "sid": session_id, "lease": lease},
+        )
+        if getattr(fence, "rowcount", 0) != 1:
+            db.rollback()
+            return 0
+        gone = conn.execute(
+            text("DELETE FROM message WHERE session_id = :sid AND id BETWEEN :first AND :last"),
+            {"sid": session_id, "first": first_id, "last": last_id},
+        )
+        db.commit()
+        return int(getattr(gone, "rowcount", 0))
+
+
 # --------------------------------------------------------------------------- responses
 
 

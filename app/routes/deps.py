@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from app.protocol.errors import ApiError
-from app.security.auth import CHAT, METRICS, Principal
+from app.security.auth import ADMIN, CHAT, METRICS, Principal
 from app.state import AppState
 
 
@@ -41,7 +41,12 @@ def get_metrics_principal(request: Request, state: StateDep) -> Principal:
     return authenticate(request, state, METRICS)
 
 
+def get_admin_principal(request: Request, state: StateDep) -> Principal:
+    return authenticate(request, state, ADMIN)
+
+
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+AdminPrincipalDep = Annotated[Principal, Depends(get_admin_principal)]
 MetricsPrincipalDep = Annotated[Principal, Depends(get_metrics_principal)]
 
 

@@ -1,0 +1,431 @@
+"""Responses API wire models: the lenient request, its translation onto a chat-completions
+request, and the strict Response objects and stream events rendered from turn events.
+
+The Responses API is a translation layer, not a second agent: the request becomes the same
+`ChatCompletionRequest` the chat route builds and runs through the same serving path, so
+caps, caching, tools and usage behave identically on both endpoints. Only the shapes
+differ. Output bodies follow the official spec (`Response`, `ResponseStreamEvent`); every
+event carries a `sequence_number` counted from 0, since the SDKs reorder nothing but the
+Agents SDK checks the count.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.agent.events import TurnFinished
+from app.protocol.errors import ApiError
+
+CLIENT_TOOLS = False
+"""Client-defined function tools: refused until the chat path runs them (issue 9)."""
+STRUCTURED_OUTPUT = False
+"""`text.format` json_schema/json_object: refused until the chat path honours it."""
+
+BUILTIN_TOOL_TYPES = frozenset(
+    {
+        "web_search",
+        "web_search_preview",
+        "file_search",
+        "computer_use_preview",
+        "computer",
+        "code_interpreter",
+        "image_generation",
+        "mcp",
+        "local_shell",
+        "shell",
+        "apply_patch",
+        "custom",
+    }
+)
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ResponseCreateRequest(_Lenient):
+    """`POST /v1/responses`. Unknown fields are accepted and logged as ignored."""
+
+    model: str = Field(min_length=1, max_length=256)
+    input: str | list[dict[str, Any]] = Field(min_length=1)
+    instructions: str | None = None
+    previous_response_id: str | None = Field(default=None, min_length=1, max_length=128)
+    store: bool = True
+    stream: bool = False
+    background: bool | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    text: dict[str, Any] | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    reasoning: dict[str, Any] | None = None
+    user: str | None = None
+    max_cost_usd: float | None = Field(default=None, ge=0)
+    """Courier extension: a spend cap for this response, in USD."""
+
+    def ignored_fields(self) -> list[str]:
+        return sorted((self.model_extra or {}).keys())
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(24)}"
+
+
+# ------------------------------------------------------------------ request translation
+
+
+def _text_of(content: Any, where: str) -> str:
+    """A message's text from a string or a list of text parts; other parts are refused."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ApiError(400, f"{where} must be a string or a list of parts", param=where)
+    texts: list[str] = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        else:
+            raise ApiError(
+                400,
+                f"content part type {kind!r} is not supported; send input_text parts",
+                param=f"{where}[{j}].type",
+                code="unsupported_content",
+            )
+    return "".join(texts)
+
+
+@dataclass
+class Translated:
+    """A Responses request as chat messages, plus the normalised input items to keep."""
+
+    messages: list[dict[str, Any]]
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+
+def input_messages(request: ResponseCreateRequest) -> Translated:
+    """`instructions` + `input` as chat-completions messages."""
+    out = Translated(messages=[])
+    if request.instructions:
+        out.messages.append({"role": "system", "content": request.instructions})
+    raw = request.input
+    items = [{"type": "message", "role": "user", "content": raw}] if isinstance(raw, str) else raw
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise ApiError(400, f"{where} must be an object", param=where)
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "system", "developer", "assistant"):
+                raise ApiError(
+                    400, f"{where}.role {role!r} is not supported", param=f"{where}.role"
+                )
+            text = _text_of(item.get("content"), f"{where}.content")
+            out.messages.append({"role": role, "content": text})
+            part = "output_text" if role == "assistant" else "input_text"
+            out.items.append(
+                {
+                    "id": item.get("id") or new_id("msg"),
+                    "type": "message",
+                    "role": role,
+                    "status": "completed",
+                    "content": [{"type": part, "text": text}]
+                    if part == "input_text"
+                    else [{"type": part, "text": text, "annotations": [], "logprobs": []}],
+                }
+            )
+        elif kind in ("function_call", "function_call_output"):
+            if not CLIENT_TOOLS:
+                raise ApiError(
+                    400,
+                    f"{kind} items need client-defined tools, which this server does not run yet",
+                    param=f"{where}.type",
+                    code="unsupported_parameter",
+                )
+        elif kind == "reasoning":
+            continue  # reasoning is display state here; it never re-enters a transcript
+        else:
+            raise ApiError(
+                400,
+                f"input item type {kind!r} is not supported",
+                param=f"{where}.type",
+                code="unsupported_parameter",
+            )
+    if not any(m["role"] != "system" for m in out.messages):
+        raise ApiError(400, "input has no message", param="input")
+    return out
+
+
+def check_supported(request: ResponseCreateRequest) -> None:
+    """Refuse what would otherwise be silently dropped, naming the parameter."""
+    if request.background:
+        raise ApiError(
+            400,
+            "background responses are not supported; stream instead",
+            param="background",
+            code="unsupported_parameter",
+        )
+    for i, tool in enumerate(request.tools or []):
+        kind = tool.get("type")
+        if kind == "function":
+            if not CLIENT_TOOLS:
+                raise ApiError(
+                    400,
+                    "client-defined function tools are not supported yet; "
+                    "Courier runs its own tools server-side",
+                    param=f"tools[{i}]",
+                    code="unsupported_parameter",
+                )
+            continue
+        label = "built-in tool" if kind in BUILTIN_TOOL_TYPES else "tool type"
+        raise ApiError(
+            400,
+            f"{label} {kind!r} is not supported; Courier runs its own tools server-side",
+            param=f"tools[{i}].type",
+            code="unsupported_parameter",
+        )
+    fmt = (request.text or {}).get("format")
+    if isinstance(fmt, dict) and fmt.get("type", "text") != "text" and not STRUCTURED_OUTPUT:
+        raise ApiError(
+            400,
+            f"text.format type {fmt.get('type')!r} is not supported yet",
+            param="text.format",
+            code="unsupported_parameter",
+        )
+
+
+def chat_body(request: ResponseCreateRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The equivalent `ChatCompletionRequest` body."""
+    body: dict[str, Any] = {"model": request.model, "messages": messages}
+    for name, value in (
+        ("temperature", request.temperature),
+        ("top_p", request.top_p),
+        ("max_completion_tokens", request.max_output_tokens),
+        ("max_cost_usd", request.max_cost_usd),
+        ("user", request.user),
+    ):
+        if value is not None:
+            body[name] = value
+    return body
+
+
+# ------------------------------------------------------------------ output rendering
+
+
+def output_text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]:
+    content = [] if text is None else [output_text_part(text)]
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": content,
+    }
+
+
+ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed", "cancelled"]
+
+
+def status_of(finished: TurnFinished) -> ResponseStatus:
+    if finished.error is not None:
+        return "failed"
+    if finished.exit_reason == "cancelled":
+        return "cancelled"
+    if finished.finish_reason in ("length", "content_filter"):
+        return "incomplete"
+    return "completed"
+
+
+def response_usage(finished: TurnFinished, courier: dict[str, Any]) -> dict[str, Any]:
+    """Spec usage (inclusive input, cache reads as `cached_tokens`) plus Courier's buckets."""
+    u = finished.usage
+    return {
+        "input_tokens": u.prompt_tokens,
+        "input_tokens_details": {
+            "cached_tokens": u.cache_read_tokens,
+            "cache_write_tokens": u.cache_write_tokens,
+        },
+        "output_tokens": u.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
+        "total_tokens": u.total_tokens,
+        "cost": finished.cost.amount_float,
+        "courier": courier,
+    }
+
+
+def response_error(finished: TurnFinished) -> dict[str, Any] | None:
+    err = finished.error
+    if err is None:
+        return None
+    # The spec's code is a closed enum; Courier's own code travels in the message.
+    code = "rate_limit_exceeded" if err.status == 429 else "server_error"
+    return {"code": code, "message": f"{err.message} ({err.code})"}
+
+
+@dataclass
+class ResponseShell:
+    """Everything about a response fixed at creation, so every event repeats it exactly."""
+
+    id: str
+    model: str
+    request: ResponseCreateRequest
+    session_id: str
+    created_at: int = field(default_factory=lambda: int(time.time()))
+    message_id: str = field(default_factory=lambda: new_id("msg"))
+    """The output message's id, the same in the stream and in the stored body."""
+
+    def body(
+        self,
+        *,
+        status: ResponseStatus,
+        output: list[dict[str, Any]],
+        usage: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        finished: TurnFinished | None = None,
+    ) -> dict[str, Any]:
+        r = self.request
+        incomplete = None
+        if finished is not None and status == "incomplete":
+            reason = "content_filter" if finished.finish_reason == "content_filter" else None
+            incomplete = {"reason": reason or "max_output_tokens"}
+        body: dict[str, Any] = {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "background": False,
+            "completed_at": int(time.time()) if status == "completed" else None,
+            "error": error,
+            "incomplete_details": incomplete,
+            "instructions": r.instructions,
+            "max_output_tokens": r.max_output_tokens,
+            "model": self.model,
+            "output": output,
+            "parallel_tool_calls": r.parallel_tool_calls
+            if r.parallel_tool_calls is not None
+            else True,
+            "previous_response_id": r.previous_response_id,
+            "reasoning": {"effort": None, "summary": None},
+            "store": r.store,
+            "temperature": r.temperature if r.temperature is not None else 1.0,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": r.top_p if r.top_p is not None else 1.0,
+            "truncation": "disabled",
+            "metadata": r.metadata or {},
+        }
+        if r.user is not None:  # optional but not nullable in the spec
+            body["user"] = r.user
+        if usage is not None:
+            body["usage"] = usage
+        # Courier extension: the session this response lives in (the SDKs ignore it).
+        body["session_id"] = self.session_id
+        return body
+
+
+class EventRenderer:
+    """Turn events as Responses stream events, numbered from 0 in emission order."""
+
+    def __init__(self, shell: ResponseShell) -> None:
+        self.shell = shell
+        self.seq = 0
+        self.message_id = shell.message_id
+        self.text: list[str] = []
+        self.opened = False
+
+    def _event(self, kind: str, **fields: Any) -> tuple[str, str]:
+        payload = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return kind, json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+    def start(self) -> list[tuple[str, str]]:
+        shell = self.shell.body(status="in_progress", output=[])
+        return [
+            self._event("response.created", response=shell),
+            self._event("response.in_progress", response=shell),
+        ]
+
+    def text_delta(self, text: str) -> list[tuple[str, str]]:
+        frames: list[tuple[str, str]] = []
+        if not self.opened:
+            self.opened = True
+            frames.append(
+                self._event(
+                    "response.output_item.added",
+                    output_index=0,
+                    item=message_item(self.message_id, None, "in_progress"),
+                )
+            )
+            frames.append(
+                self._event(
+                    "response.content_part.added",
+                    item_id=self.message_id,
+                    output_index=0,
+                    content_index=0,
+                    part=output_text_part(""),
+                )
+            )
+        self.text.append(text)
+        frames.append(
+            self._event(
+                "response.output_text.delta",
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        )
+        return frames
+
+    def finish(self, final: dict[str, Any]) -> list[tuple[str, str]]:
+        """Close the open item, then the terminal event carrying the final body."""
+        frames: list[tuple[str, str]] = []
+        if self.opened:
+            text = "".join(self.text)
+            frames.append(
+                self._event(
+                    "response.output_text.done",
+                    item_id=self.message_id,
+                    output_index=0,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                )
+            )
+            frames.append(
+                self._event(
+                    "response.content_part.done",
+                    item_id=self.message_id,
+                    output_index=0,
+                    content_index=0,
+                    part=output_text_part(text),
+                )
+            )
+            item = (
+                final["output"][0]
+                if final["output"]
+                else message_item(self.message_id, text, "completed")
+            )
+            frames.append(self._event("response.output_item.done", output_index=0, item=item))
+        terminal = {
+            "completed": "response.completed",
+            "incomplete": "response.incomplete",
+        }.get(final["status"], "response.failed")
+        frames.append(self._event(terminal, response=final))
+        return frames
