@@ -1,0 +1,73 @@
+"""The openai-agents SDK with its default model (the Responses API) against Courier."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from agents import (
+    Agent,
+    OpenAIResponsesModel,
+    RunConfig,
+    Runner,
+    set_tracing_disabled,
+)
+from openai import AsyncOpenAI
+
+from tests.support.server import Server
+from tests.support.sim import Simulator
+
+
+@pytest.fixture(autouse=True)
+def _no_tracing() -> Iterator[None]:
+    # The SDK exports traces to OpenAI's servers by default; tests reach only 127.0.0.1.
+    set_tracing_disabled(True)
+    yield
+
+
+def _agent(server: Server) -> tuple[Agent, RunConfig]:
+    client = AsyncOpenAI(
+        base_url=f"{server.base_url}/v1",
+        api_key=server.api_key,
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+    model = OpenAIResponsesModel(model="courier", openai_client=client)
+    agent = Agent(name="courier-agent", instructions="You help.", model=model)
+    return agent, RunConfig(tracing_disabled=True)
+
+
+async def test_run_and_continue_by_previous_response_id(server: Server, sim: Simulator) -> None:
+    agent, config = _agent(server)
+    sim.script(
+        [
+            {"expect": {"system_contains": "You help."}, "reply": {"text": "Hello from Courier."}},
+            {"expect": {"last_user_contains": "again"}, "reply": {"text": "Still here."}},
+        ]
+    )
+    first = await Runner.run(agent, "hi", run_config=config)
+    assert first.final_output == "Hello from Courier."
+    assert first.last_response_id is not None
+    second = await Runner.run(
+        agent, "again", run_config=config, previous_response_id=first.last_response_id
+    )
+    assert second.final_output == "Still here."
+    sim.assert_script_done()
+    body = json.loads(sim.requests()[-1]["body"])
+    said = json.dumps(body["messages"])
+    assert "hi" in said and "Hello from Courier." in said and "again" in said
+    usage = second.context_wrapper.usage
+    assert usage.requests == 1 and usage.input_tokens > 0 and usage.output_tokens > 0
+
+
+async def test_streamed_run(server: Server, sim: Simulator) -> None:
+    agent, config = _agent(server)
+    sim.script([{"reply": {"text": "streaming through the agents sdk"}}])
+    run = Runner.run_streamed(agent, "stream please", run_config=config)
+    deltas: list[str] = []
+    async for event in run.stream_events():
+        if event.type == "raw_response_event" and event.data.type == "response.output_text.delta":
+            deltas.append(event.data.delta)
+    assert run.final_output == "streaming through the agents sdk"
+    assert "".join(deltas) == run.final_output and len(deltas) > 1
