@@ -29,8 +29,11 @@ EVENT_SCHEMAS = {
 def stream_events(
     base_url: str, body: dict[str, Any], headers: dict[str, str]
 ) -> tuple[httpx.Response, list[dict[str, Any]]]:
-    """POST a streamed response; every `data:` payload parsed, `event:` names checked."""
+    """POST a streamed response; every `data:` payload parsed, `event:` names checked.
+    Courier's opt-in named events come back tagged with `courier_event`; `: keepalive`
+    comments are counted in the response's `extensions["keepalives"]`."""
     events: list[dict[str, Any]] = []
+    keepalives = 0
     with httpx.stream(
         "POST",
         f"{base_url}/v1/responses",
@@ -44,20 +47,24 @@ def stream_events(
         name: str | None = None
         for line in resp.iter_lines():
             assert not line.startswith("id:"), "an id: field makes the SDK yield empty events"
+            keepalives += line == ": keepalive"
             if line.startswith("event: "):
                 name = line[7:]
             elif line.startswith("data: "):
                 event = json.loads(line[6:])
-                if not event["type"].startswith("courier."):
+                if name is not None and name.startswith("courier."):
+                    event = {"courier_event": name, **event}
+                else:
                     assert name == event["type"], (name, event["type"])
                 events.append(event)
                 name = None
+    resp.extensions["keepalives"] = keepalives
     return resp, events
 
 
 def check_events(events: list[dict[str, Any]]) -> None:
     """Every event spec-valid, sequence numbers 0..n-1 in order, one terminal event last."""
-    spec_events = [e for e in events if not e["type"].startswith("courier.")]
+    spec_events = [e for e in events if "courier_event" not in e]
     assert [e["sequence_number"] for e in spec_events] == list(range(len(spec_events)))
     for event in spec_events:
         validate(EVENT_SCHEMAS[event["type"]], event)
