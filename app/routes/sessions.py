@@ -6,6 +6,7 @@ ids cannot be probed. A retracted session is gone for its owner and visible to t
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Annotated, Any
 
@@ -41,7 +42,7 @@ def owned_summary(state: AppState, principal: Principal, session_id: str) -> q.S
 
 def session_json(state: AppState, summary: q.SessionSummary) -> dict[str, Any]:
     s: SessionRow = summary.session
-    report = cost_report(summary.calls, profile_pricer(state.chat.profiles))
+    report = cost_report(summary.calls, profile_pricer(state.chat.profiles), buckets=False)
     return {
         "id": s.id,
         "object": "courier.session",
@@ -78,9 +79,11 @@ async def list_sessions(
         before=cursor or after,
         include_retracted=principal.admin,
     )
+    # Pricing is CPU work: off the event loop, so running streams keep flowing.
+    data = await asyncio.to_thread(lambda: [session_json(state, r) for r in rows])
     return {
         "object": "list",
-        "data": [session_json(state, r) for r in rows],
+        "data": data,
         "has_more": more,
         "next_cursor": rows[-1].session.id if more and rows else None,
     }
