@@ -112,6 +112,31 @@ class Translated:
     items: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _add_call(out: Translated, item: dict[str, Any], call_id: str, where: str) -> None:
+    """A `function_call` item joins the assistant message before it, as chat expects."""
+    name, arguments = item.get("name"), item.get("arguments", "")
+    if not isinstance(name, str) or not name:
+        raise ApiError(400, f"{where}.name is required", param=f"{where}.name")
+    if not isinstance(arguments, str):
+        raise ApiError(400, f"{where}.arguments must be a JSON string", param=f"{where}.arguments")
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    last = out.messages[-1] if out.messages else None
+    if last is not None and last["role"] == "assistant":
+        last.setdefault("tool_calls", []).append(call)
+    else:
+        out.messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    out.items.append(
+        {
+            "id": item.get("id") or new_id("fc"),
+            "type": "function_call",
+            "call_id": call_id,
+            "name": name,
+            "arguments": arguments,
+            "status": "completed",
+        }
+    )
+
+
 def input_messages(request: ResponseCreateRequest) -> Translated:
     """`instructions` + `input` as chat-completions messages."""
     out = Translated(messages=[])
@@ -151,6 +176,24 @@ def input_messages(request: ResponseCreateRequest) -> Translated:
                     f"{kind} items need client-defined tools, which this server does not run yet",
                     param=f"{where}.type",
                     code="unsupported_parameter",
+                )
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise ApiError(400, f"{where}.call_id is required", param=f"{where}.call_id")
+            if kind == "function_call":
+                _add_call(out, item, call_id, where)
+            else:
+                output = item.get("output")
+                text = output if isinstance(output, str) else _text_of(output, f"{where}.output")
+                out.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+                out.items.append(
+                    {
+                        "id": item.get("id") or new_id("fco"),
+                        "type": "function_call_output",
+                        "call_id": call_id,
+                        "output": text,
+                        "status": "completed",
+                    }
                 )
         elif kind == "reasoning":
             continue  # reasoning is display state here; it never re-enters a transcript
@@ -204,9 +247,50 @@ def check_supported(request: ResponseCreateRequest) -> None:
         )
 
 
+def chat_tools(request: ResponseCreateRequest) -> list[dict[str, Any]]:
+    """Responses function tools (flat) as chat tools (nested under `function`)."""
+    tools: list[dict[str, Any]] = []
+    for tool in request.tools or []:
+        function = {
+            k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool
+        }
+        tools.append({"type": "function", "function": function})
+    return tools
+
+
+def chat_tool_choice(choice: Any) -> Any:
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    if isinstance(choice, dict) and choice.get("type") in ("auto", "none", "required"):
+        return choice["type"]
+    return choice
+
+
+def chat_response_format(request: ResponseCreateRequest) -> dict[str, Any] | None:
+    """`text.format` as chat's `response_format`: the same three kinds, schema un-nested."""
+    fmt = (request.text or {}).get("format")
+    if not isinstance(fmt, dict) or fmt.get("type", "text") == "text":
+        return None
+    if fmt.get("type") == "json_schema":
+        spec = {k: fmt[k] for k in ("name", "description", "schema", "strict") if k in fmt}
+        return {"type": "json_schema", "json_schema": spec}
+    return {"type": fmt.get("type")}
+
+
 def chat_body(request: ResponseCreateRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The equivalent `ChatCompletionRequest` body."""
     body: dict[str, Any] = {"model": request.model, "messages": messages}
+    if request.tools:
+        body["tools"] = chat_tools(request)
+    if request.tool_choice is not None:
+        body["tool_choice"] = chat_tool_choice(request.tool_choice)
+    if request.parallel_tool_calls is not None:
+        body["parallel_tool_calls"] = request.parallel_tool_calls
+    if (fmt := chat_response_format(request)) is not None:
+        body["response_format"] = fmt
+    effort = (request.reasoning or {}).get("effort")
+    if STRUCTURED_OUTPUT and effort is not None:  # the same chat-path release adds it
+        body["reasoning_effort"] = effort
     for name, value in (
         ("temperature", request.temperature),
         ("top_p", request.top_p),
@@ -276,6 +360,27 @@ def response_error(finished: TurnFinished) -> dict[str, Any] | None:
     return {"code": code, "message": f"{err.message} ({err.code})"}
 
 
+def echo_tools(request: ResponseCreateRequest) -> list[dict[str, Any]]:
+    """The request's function tools as the spec's FunctionTool (all four keys present)."""
+    return [
+        {
+            "type": "function",
+            "name": t.get("name", ""),
+            "description": t.get("description"),
+            "parameters": t.get("parameters"),
+            "strict": t.get("strict", True),
+        }
+        for t in request.tools or []
+    ]
+
+
+def echo_format(request: ResponseCreateRequest) -> dict[str, Any]:
+    fmt = (request.text or {}).get("format")
+    if not isinstance(fmt, dict) or fmt.get("type", "text") == "text":
+        return {"type": "text"}
+    return fmt
+
+
 @dataclass
 class ResponseShell:
     """Everything about a response fixed at creation, so every event repeats it exactly."""
@@ -322,9 +427,9 @@ class ResponseShell:
             "reasoning": {"effort": None, "summary": None},
             "store": r.store,
             "temperature": r.temperature if r.temperature is not None else 1.0,
-            "text": {"format": {"type": "text"}},
-            "tool_choice": "auto",
-            "tools": [],
+            "text": {"format": echo_format(r)},
+            "tool_choice": r.tool_choice if r.tool_choice is not None else "auto",
+            "tools": echo_tools(r),
             "top_p": r.top_p if r.top_p is not None else 1.0,
             "truncation": "disabled",
             "metadata": r.metadata or {},
