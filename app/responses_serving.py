@@ -30,12 +30,13 @@ from app.protocol.responses import (
     chat_body,
     check_supported,
     input_messages,
-    message_item,
     new_id,
+    output_items,
     response_error,
     response_usage,
     status_of,
 )
+from app.providers.base import ToolCall
 from app.security.auth import Principal
 from app.serving import ChatServing
 from app.session_service import SessionService
@@ -138,6 +139,7 @@ class ResponsesServing:
         principal: Principal,
     ) -> tuple[dict[str, object], TurnFinished]:
         text: list[str] = []
+        calls: tuple[ToolCall, ...] = ()
         finished: TurnFinished | None = None
         async for event in handle.events():
             if isinstance(event, TurnText):
@@ -146,16 +148,7 @@ class ResponsesServing:
                 finished = event
         assert finished is not None
         status = status_of(finished)
-        joined = "".join(text)
-        output = (
-            [
-                message_item(
-                    shell.message_id, joined, "incomplete" if status != "completed" else "completed"
-                )
-            ]
-            if joined
-            else []
-        )
+        output = output_items(shell.message_id, "".join(text), calls, status)
         courier = usage_out(finished).courier.model_dump(mode="json")
         final = shell.body(
             status=status,

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.agent.events import TurnFinished
 from app.protocol.errors import ApiError
+from app.providers.base import ToolCall
 
 CLIENT_TOOLS = False
 """Client-defined function tools: refused until the chat path runs them (issue 9)."""
@@ -321,6 +322,37 @@ def message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]:
     }
 
 
+def call_item_id(call: ToolCall) -> str:
+    """A function_call item's id, derived from its call id so stream and body agree."""
+    return "fc_" + call.id
+
+
+def function_call_item(call: ToolCall, status: str = "completed") -> dict[str, Any]:
+    return {
+        "id": call_item_id(call),
+        "type": "function_call",
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments if status == "completed" else "",
+        "status": status,
+    }
+
+
+def output_items(
+    shell_message_id: str, text: str, calls: tuple[ToolCall, ...], status: str
+) -> list[dict[str, Any]]:
+    """The message (when there is text) and then one function_call item per client call."""
+    items: list[dict[str, Any]] = []
+    if text:
+        items.append(
+            message_item(
+                shell_message_id, text, "completed" if status == "completed" else "incomplete"
+            )
+        )
+    items.extend(function_call_item(c) for c in calls)
+    return items
+
+
 ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed", "cancelled"]
 
 
@@ -499,8 +531,10 @@ class EventRenderer:
         return frames
 
     def finish(self, final: dict[str, Any]) -> list[tuple[str, str]]:
-        """Close the open item, then the terminal event carrying the final body."""
+        """Close the open message, stream each client function call, then the terminal
+        event carrying the final body."""
         frames: list[tuple[str, str]] = []
+        output: list[dict[str, Any]] = final["output"]
         if self.opened:
             text = "".join(self.text)
             frames.append(
@@ -522,12 +556,36 @@ class EventRenderer:
                     part=output_text_part(text),
                 )
             )
-            item = (
-                final["output"][0]
-                if final["output"]
-                else message_item(self.message_id, text, "completed")
-            )
+            item = output[0] if output and output[0]["type"] == "message" else None
+            item = item or message_item(self.message_id, text, "completed")
             frames.append(self._event("response.output_item.done", output_index=0, item=item))
+        calls = [i for i in output if i["type"] == "function_call"]
+        for index, item in enumerate(calls, start=1 if self.opened else 0):
+            frames.append(
+                self._event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "arguments": "", "status": "in_progress"},
+                )
+            )
+            frames.append(
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=index,
+                    delta=item["arguments"],
+                )
+            )
+            frames.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    name=item["name"],
+                    arguments=item["arguments"],
+                )
+            )
+            frames.append(self._event("response.output_item.done", output_index=index, item=item))
         terminal = {
             "completed": "response.completed",
             "incomplete": "response.incomplete",
