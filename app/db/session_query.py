@@ -57,23 +57,37 @@ def title_of(text_value: str | None) -> str:
     return flat if len(flat) <= TITLE_CHARS else flat[: TITLE_CHARS - 1].rstrip() + "…"
 
 
+def _titles(db: Session, ids: Sequence[str]) -> dict[str, str]:
+    # The first user message of each session, whatever its state: a retracted session
+    # still needs a name in an operator's listing.
+    firsts = (
+        db.connection()
+        .execute(
+            text(
+                "SELECT m.session_id, m.content FROM message m JOIN ("
+                " SELECT session_id, MIN(id) AS id FROM message"
+                " WHERE role = 'user' AND kind IS NULL AND session_id IN :ids"
+                " GROUP BY session_id) f ON f.id = m.id"
+            ).bindparams(bindparam("ids", expanding=True)),
+            {"ids": list(ids)},
+        )
+        .all()
+    )
+    return {str(r[0]): title_of(r[1]) for r in firsts}
+
+
+def titles(store: Store, *, session_ids: Sequence[str]) -> dict[str, str]:
+    if not session_ids:
+        return {}
+    with Session(store.engine) as db:
+        return _titles(db, session_ids)
+
+
 def _summaries(db: Session, sessions: Sequence[SessionRow]) -> list[SessionSummary]:
     if not sessions:
         return []
     ids = [s.id for s in sessions]
-    conn = db.connection()
-    # The first user message of each session, whatever its state: a retracted session
-    # still needs a name in an operator's listing.
-    firsts = conn.execute(
-        text(
-            "SELECT m.session_id, m.content FROM message m JOIN ("
-            " SELECT session_id, MIN(id) AS id FROM message"
-            " WHERE role = 'user' AND kind IS NULL AND session_id IN :ids"
-            " GROUP BY session_id) f ON f.id = m.id"
-        ).bindparams(bindparam("ids", expanding=True)),
-        {"ids": ids},
-    ).all()
-    titles = {str(r[0]): title_of(r[1]) for r in firsts}
+    titles = _titles(db, ids)
     turn_counts = dict(
         db.exec(
             select(TurnRow.session_id, func.count())

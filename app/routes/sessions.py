@@ -31,6 +31,16 @@ def _not_found(session_id: str) -> ApiError:
     return ApiError(404, f"session '{session_id}' not found", code="session_not_found")
 
 
+def owned_session(state: AppState, principal: Principal, session_id: str) -> SessionRow:
+    """The session if the caller may see it; the cheap check for routes that need no totals."""
+    session = state.store.get_session(session_id=session_id)
+    if session is None or (session.owner != principal.owner and not principal.admin):
+        raise _not_found(session_id)
+    if not principal.admin and q.is_retracted(state.store, session_id=session_id):
+        raise _not_found(session_id)
+    return session
+
+
 def owned_summary(state: AppState, principal: Principal, session_id: str) -> q.SessionSummary:
     summary = q.session_summary(state.store, session_id=session_id)
     if summary is None or (summary.session.owner != principal.owner and not principal.admin):
@@ -102,11 +112,7 @@ async def search(
     if not terms:
         raise ApiError(400, "q has no searchable words", param="q", code="invalid_query")
     hits = search_sessions(state.store, owner=principal.owner, terms=terms, limit=limit)
-    titles = {
-        s.session.id: s.title
-        for s in (q.session_summary(state.store, session_id=h.session_id) for h in hits)
-        if s is not None
-    }
+    titles = q.titles(state.store, session_ids=[h.session_id for h in hits])
     return {
         "object": "list",
         "data": [
@@ -127,7 +133,8 @@ async def search(
 
 @router.get("/v1/sessions/{session_id}")
 async def get_session(session_id: str, state: StateDep, principal: PrincipalDep) -> dict[str, Any]:
-    return session_json(state, owned_summary(state, principal, session_id))
+    summary = owned_summary(state, principal, session_id)
+    return await asyncio.to_thread(session_json, state, summary)
 
 
 @router.get("/v1/sessions/{session_id}/messages")
@@ -140,7 +147,7 @@ async def list_messages(
     after: Annotated[int | None, Query(ge=0)] = None,
 ) -> dict[str, Any]:
     """Oldest first, every row: live, archived by a compaction, or retracted."""
-    owned_summary(state, principal, session_id)
+    owned_session(state, principal, session_id)
     rows, more = q.messages_page(
         state.store,
         session_id=session_id,
@@ -180,12 +187,12 @@ async def fork_session(
     session_id: str, request: Request, state: StateDep, principal: PrincipalDep
 ) -> dict[str, Any]:
     """Body `{"message_id": N}` (optional): the fork holds the live rows up to N."""
-    summary = owned_summary(state, principal, session_id)
-    if summary.retracted:
+    session = owned_session(state, principal, session_id)
+    if q.is_retracted(state.store, session_id=session_id):
         raise ApiError(409, "a retracted session cannot be forked", code="session_retracted")
     message_id = await _fork_point(request)
     try:
-        forked = _service(state).fork(summary.session, message_id=message_id)
+        forked = _service(state).fork(session, message_id=message_id)
     except ForkPointMissing:
         raise ApiError(
             400,
@@ -236,9 +243,9 @@ async def delete_session(
     the transcript, keeping the usage ledger that spend caps count."""
     if purge and not principal.admin:
         raise ApiError(403, "purge needs the 'admin' scope", code="insufficient_scope")
-    summary = owned_summary(state, principal, session_id)
+    session = owned_session(state, principal, session_id)
     try:
-        _service(state).retract(summary.session, purge=purge)
+        _service(state).retract(session, purge=purge)
     except SessionBusy:
         raise ApiError(409, "a turn is running on this session", code="session_busy") from None
     return {
@@ -252,7 +259,8 @@ async def delete_session(
 @router.get("/v1/sessions/{session_id}/cost")
 async def session_cost(session_id: str, state: StateDep, principal: PrincipalDep) -> dict[str, Any]:
     summary = owned_summary(state, principal, session_id)
-    report = cost_report(summary.calls, profile_pricer(state.chat.profiles))
+    pricer = profile_pricer(state.chat.profiles)
+    report = await asyncio.to_thread(cost_report, summary.calls, pricer)
     return {"object": "courier.session_cost", "session_id": session_id, **report.as_json()}
 
 
@@ -264,7 +272,7 @@ async def session_usage(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> dict[str, Any]:
-    session = owned_summary(state, principal, session_id).session
+    session = owned_session(state, principal, session_id)
     rows, total = state.store.api_calls(session_id=session_id, limit=limit, offset=offset)
     prompt = session.input_tokens + session.cache_read_tokens + session.cache_write_tokens
     return {
