@@ -26,6 +26,8 @@ from app.providers.factory import build_provider
 from app.responses_serving import ResponsesServing
 from app.routes import capabilities, chat, health, models, openapi, responses, sessions
 from app.routes import metrics as metrics_routes
+from app.routes.cors import CorsMiddleware
+from app.routes.head import HeadAsGet
 from app.security.auth import Authenticator
 from app.serving import ChatServing
 from app.session_service import SessionService
@@ -152,4 +154,6 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(capabilities.router)
     app.include_router(openapi.router)
     app.include_router(metrics_routes.router)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(CorsMiddleware, origins=settings.cors_origins)
     return app

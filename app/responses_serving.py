@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from app.agent.events import TurnFinished, TurnText
+from app.agent.events import ClientToolCalls, TurnFinished, TurnText
 from app.agent.turns import SessionBusy, TurnHandle
 from app.db import session_query as q
 from app.db.session_models import ResponseRow
@@ -37,11 +37,15 @@ from app.protocol.responses import (
     status_of,
 )
 from app.providers.base import ToolCall
+from app.providers.pricing import Cost
+from app.providers.usage import Usage
 from app.security.auth import Principal
-from app.serving import ChatServing
+from app.serving import ChatServing, Retry
 from app.session_service import SessionService
 
 log = logging.getLogger(__name__)
+
+RUN_GRACE_S = 60.0
 
 
 @dataclass
@@ -63,7 +67,9 @@ class ResponsesServing:
         self.chat = chat
         self.sessions = sessions
         self.store = chat.store
-        self._tasks: set[asyncio.Task[tuple[dict[str, object], TurnFinished]]] = set()
+        self._runs: dict[str, ResponseRun] = {}
+        """Running responses by turn id: a retried request reattaches to its twin's turn
+        and must get the same response, not a second record of one turn."""
 
     def owned(
         self, principal: Principal, response_id: str, param: str | None = None
@@ -74,7 +80,9 @@ class ResponsesServing:
             raise not_found(response_id, param)
         return row
 
-    def start(self, request: ResponseCreateRequest, principal: Principal) -> ResponseRun:
+    def start(
+        self, request: ResponseCreateRequest, principal: Principal, *, retry: Retry
+    ) -> ResponseRun:
         check_supported(request)
         if ignored := request.ignored_fields():
             log.info("responses: ignoring unsupported request fields: %s", ", ".join(ignored))
@@ -86,7 +94,7 @@ class ResponsesServing:
         except ValidationError as exc:
             raise validation_error(exc) from None
         try:
-            started = self.chat.start(chat, principal, session_id)
+            started = self.chat.start(chat, principal, session_id, retry=retry)
         except ApiError as exc:
             # The chat path names its own fields; a Responses client sent `input`.
             if exc.param and exc.param.startswith("messages"):
@@ -94,6 +102,8 @@ class ResponsesServing:
             elif exc.param == "session_id":
                 exc.param = "previous_response_id"
             raise
+        if (seen := self._runs.get(started.handle.turn_id)) is not None:
+            return seen
         shell = ResponseShell(
             id=new_id("resp"),
             model=request.model,
@@ -105,9 +115,16 @@ class ResponsesServing:
                 shell, started.handle, items=translated.items, first=first, principal=principal
             )
         )
-        self._tasks.add(done)
-        done.add_done_callback(self._tasks.discard)
-        return ResponseRun(shell=shell, handle=started.handle, done=done)
+        run = ResponseRun(shell=shell, handle=started.handle, done=done)
+        turn_id = started.handle.turn_id
+        self._runs[turn_id] = run
+        # Kept a little past the end, so a retry arriving just after still finds it.
+        done.add_done_callback(
+            lambda _t: asyncio.get_running_loop().call_later(
+                RUN_GRACE_S, self._runs.pop, turn_id, None
+            )
+        )
+        return run
 
     def _continued_session(
         self, request: ResponseCreateRequest, principal: Principal
@@ -138,15 +155,24 @@ class ResponsesServing:
         first: int,
         principal: Principal,
     ) -> tuple[dict[str, object], TurnFinished]:
+        # Wait on the task, not on a subscription: a subscriber counts as a client still
+        # watching, and would keep a turn whose client hung up from being cancelled.
+        assert handle.task is not None
+        await asyncio.wait({handle.task})
+        finished = handle.outcome or TurnFinished(
+            exit_reason="cancelled",
+            finish_reason="stop",
+            usage=Usage(),
+            cost=Cost.zero(),
+            upstream_calls=0,
+        )
         text: list[str] = []
         calls: tuple[ToolCall, ...] = ()
-        finished: TurnFinished | None = None
-        async for event in handle.events():
+        for event in handle.history():
             if isinstance(event, TurnText):
                 text.append(event.text)
-            elif isinstance(event, TurnFinished):
-                finished = event
-        assert finished is not None
+            elif isinstance(event, ClientToolCalls):
+                calls = event.calls
         status = status_of(finished)
         output = output_items(shell.message_id, "".join(text), calls, status)
         courier = usage_out(finished).courier.model_dump(mode="json")

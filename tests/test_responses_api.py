@@ -231,8 +231,16 @@ def test_store_false_keeps_only_the_ledger(claude: Server, sim: Simulator) -> No
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}, "tools[0].type"),
         (
-            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
             "input[0].content[0].type",
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
+            "input[0].content[0].type",
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "input",
         ),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role"),

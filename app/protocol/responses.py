@@ -23,10 +23,10 @@ from app.agent.events import TurnFinished
 from app.protocol.errors import ApiError
 from app.providers.base import ToolCall
 
-CLIENT_TOOLS = False
-"""Client-defined function tools: refused until the chat path runs them (issue 9)."""
-STRUCTURED_OUTPUT = False
-"""`text.format` json_schema/json_object: refused until the chat path honours it."""
+CLIENT_TOOLS = True
+"""Client-defined function tools: the chat path ends the turn at their calls."""
+STRUCTURED_OUTPUT = True
+"""`text.format` json_schema/json_object map onto the chat path's `response_format`."""
 
 BUILTIN_TOOL_TYPES = frozenset(
     {
@@ -85,24 +85,55 @@ def new_id(prefix: str) -> str:
 
 
 def _text_of(content: Any, where: str) -> str:
-    """A message's text from a string or a list of text parts; other parts are refused."""
+    """A text-only content (tool output, assistant history) from a string or text parts."""
+    parts = _content_of(content, where, images=False)
+    return parts if isinstance(parts, str) else "".join(p["text"] for p in parts)
+
+
+def _content_of(content: Any, where: str, *, images: bool = True) -> str | list[dict[str, Any]]:
+    """A message's content as chat content: a string, or text and image_url parts."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise ApiError(400, f"{where} must be a string or a list of parts", param=where)
-    texts: list[str] = []
+    parts: list[dict[str, Any]] = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
-            texts.append(part["text"])
+            parts.append({"type": "text", "text": part["text"]})
+        elif images and kind == "input_image" and isinstance(part.get("image_url"), str):
+            url: dict[str, Any] = {"url": part["image_url"]}
+            if isinstance(part.get("detail"), str):
+                url["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": url})
         else:
+            hint = (
+                "input_image needs image_url (file_id is not supported)"
+                if (kind == "input_image")
+                else "send input_text or input_image parts"
+            )
             raise ApiError(
                 400,
-                f"content part type {kind!r} is not supported; send input_text parts",
+                f"content part type {kind!r} is not supported here; {hint}",
                 param=f"{where}[{j}].type",
                 code="unsupported_content",
             )
-    return "".join(texts)
+    return parts
+
+
+def _item_content(content: str | list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    """Content as the spec's input item resource shows it."""
+    if role == "assistant":
+        text = content if isinstance(content, str) else "".join(p["text"] for p in content)
+        return [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+    if isinstance(content, str):
+        return [{"type": "input_text", "text": content}]
+    return [
+        {"type": "input_text", "text": p["text"]}
+        if p["type"] == "text"
+        else {"type": "input_image", "image_url": p["image_url"]["url"], "detail": "auto"}
+        for p in content
+    ]
 
 
 @dataclass
@@ -156,18 +187,20 @@ def input_messages(request: ResponseCreateRequest) -> Translated:
                 raise ApiError(
                     400, f"{where}.role {role!r} is not supported", param=f"{where}.role"
                 )
-            text = _text_of(item.get("content"), f"{where}.content")
-            out.messages.append({"role": role, "content": text})
-            part = "output_text" if role == "assistant" else "input_text"
+            where_content = f"{where}.content"
+            content: str | list[dict[str, Any]]
+            if role == "user":
+                content = _content_of(item.get("content"), where_content)
+            else:
+                content = _text_of(item.get("content"), where_content)
+            out.messages.append({"role": role, "content": content})
             out.items.append(
                 {
                     "id": item.get("id") or new_id("msg"),
                     "type": "message",
                     "role": role,
                     "status": "completed",
-                    "content": [{"type": part, "text": text}]
-                    if part == "input_text"
-                    else [{"type": part, "text": text, "annotations": [], "logprobs": []}],
+                    "content": _item_content(content, role),
                 }
             )
         elif kind in ("function_call", "function_call_output"):
@@ -290,7 +323,7 @@ def chat_body(request: ResponseCreateRequest, messages: list[dict[str, Any]]) ->
     if (fmt := chat_response_format(request)) is not None:
         body["response_format"] = fmt
     effort = (request.reasoning or {}).get("effort")
-    if STRUCTURED_OUTPUT and effort is not None:  # the same chat-path release adds it
+    if effort is not None:
         body["reasoning_effort"] = effort
     for name, value in (
         ("temperature", request.temperature),
@@ -456,7 +489,7 @@ class ResponseShell:
             if r.parallel_tool_calls is not None
             else True,
             "previous_response_id": r.previous_response_id,
-            "reasoning": {"effort": None, "summary": None},
+            "reasoning": {"effort": (r.reasoning or {}).get("effort"), "summary": None},
             "store": r.store,
             "temperature": r.temperature if r.temperature is not None else 1.0,
             "text": {"format": echo_format(r)},

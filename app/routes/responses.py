@@ -15,10 +15,11 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
 from app.agent.turns import SessionBusy
 from app.protocol.errors import ApiError, validation_error
-from app.protocol.render import error_payload, tool_event_payload
+from app.protocol.render import error_payload, retry_headers, tool_event_payload
 from app.protocol.responses import EventRenderer, ResponseCreateRequest
 from app.responses_serving import ResponseRun, ResponsesServing
 from app.routes.body import parse_json_object
+from app.routes.chat import retry_of
 from app.routes.deps import PrincipalDep, StateDep, read_limited_body
 from app.state import AppState
 
@@ -39,8 +40,9 @@ def parse_request(body: bytes) -> ResponseCreateRequest:
 
 @router.post("/v1/responses")
 async def create_response(request: Request, state: StateDep, principal: PrincipalDep) -> Response:
-    body = parse_request(await read_limited_body(request, state.settings.max_body_bytes))
-    run = serving(state).start(body, principal)
+    raw = await read_limited_body(request, state.settings.max_body_bytes)
+    body = parse_request(raw)
+    run = serving(state).start(body, principal, retry=retry_of(request, b"responses\n" + raw))
     headers = {"X-Session-Id": run.shell.session_id} if body.store else {}
     if body.stream:
         opted_in = "tools" in request.headers.get("x-courier-events", "").lower().split(",")
@@ -50,15 +52,34 @@ async def create_response(request: Request, state: StateDep, principal: Principa
             ping=0,
             sep="\n",
         )
+    hangup = asyncio.ensure_future(_disconnected(request))
     try:
-        final, finished = await asyncio.shield(run.done)
+        await asyncio.wait({run.done, hangup}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
         run.handle.abandon()
         raise
+    finally:
+        hangup.cancel()
+    if not run.done.done():
+        # The client hung up (an SDK timeout): stop the turn as a stream would; the
+        # recorder still stores the cancelled response.
+        run.handle.abandon()
+        return Response(status_code=499)
+    final, finished = run.done.result()
     if finished.error is not None and not final["output"]:
         err = finished.error
-        return JSONResponse(error_payload(err), status_code=err.status, headers=headers)
+        return JSONResponse(
+            error_payload(err), status_code=err.status, headers={**headers, **retry_headers(err)}
+        )
+    run.handle.delivered = True
     return JSONResponse(final, headers=headers)
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client hangs up (the body is already read, so the next ASGI
+    message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def frames(
@@ -82,12 +103,14 @@ async def frames(
                 for name, data in renderer.text_delta(event.text):
                     yield ServerSentEvent(event=name, data=data)
             elif tool_events and isinstance(event, ToolStarted | ToolFinished):
-                yield ServerSentEvent(event="courier.tool", data=tool_event_payload(event))
+                payload = json.dumps(tool_event_payload(event), separators=(",", ":"))
+                yield ServerSentEvent(event="courier.tool", data=payload)
             elif isinstance(event, TurnFinished):
                 finished = True
                 final, _ = await asyncio.shield(run.done)
                 for name, data in renderer.finish(final):
                     yield ServerSentEvent(event=name, data=data)
+                run.handle.delivered = True
                 return
     finally:
         run.handle.unsubscribe(queue)
