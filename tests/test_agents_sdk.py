@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from agents import (
@@ -11,9 +12,11 @@ from agents import (
     OpenAIResponsesModel,
     RunConfig,
     Runner,
+    function_tool,
     set_tracing_disabled,
 )
 from openai import AsyncOpenAI
+from pydantic import BaseModel
 
 from tests.support.server import Server
 from tests.support.sim import Simulator
@@ -26,7 +29,18 @@ def _no_tracing() -> Iterator[None]:
     yield
 
 
-def _agent(server: Server) -> tuple[Agent, RunConfig]:
+@function_tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+class Forecast(BaseModel):
+    city: str
+    sunny: bool
+
+
+def _agent(server: Server, **options: Any) -> tuple[Agent[Any], RunConfig]:
     client = AsyncOpenAI(
         base_url=f"{server.base_url}/v1",
         api_key=server.api_key,
@@ -34,7 +48,9 @@ def _agent(server: Server) -> tuple[Agent, RunConfig]:
         _strict_response_validation=True,
     )
     model = OpenAIResponsesModel(model="courier", openai_client=client)
-    agent = Agent(name="courier-agent", instructions="You help.", model=model)
+    agent: Agent[Any] = Agent(
+        name="courier-agent", instructions="You help.", model=model, **options
+    )
     return agent, RunConfig(tracing_disabled=True)
 
 
@@ -71,3 +87,28 @@ async def test_streamed_run(server: Server, sim: Simulator) -> None:
             deltas.append(event.data.delta)
     assert run.final_output == "streaming through the agents sdk"
     assert "".join(deltas) == run.final_output and len(deltas) > 1
+
+
+async def test_function_tool_round_trip_and_output_type(server: Server, sim: Simulator) -> None:
+    """The SDK runs its own tool locally and sends the result back; its output_type is a
+    JSON schema in `text.format`, parsed from the final answer."""
+    agent, config = _agent(server, tools=[get_weather], output_type=Forecast)
+    sim.script(
+        [
+            {
+                "expect": {"has_tools": True},
+                "reply": {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
+            },
+            {
+                "expect": {"last_tool_result_contains": "sunny in Oslo"},
+                "reply": {"text": '{"city": "Oslo", "sunny": true}'},
+            },
+        ]
+    )
+    result = await Runner.run(agent, "weather in Oslo?", run_config=config)
+    assert result.final_output == Forecast(city="Oslo", sunny=True)
+    sim.assert_script_done()
+    first, second = (json.loads(r["body"]) for r in sim.requests()[-2:])
+    assert "get_weather" in [t["function"]["name"] for t in first["tools"]]
+    assert first["response_format"]["type"] == "json_schema"
+    assert [m["role"] for m in second["messages"]][-2:] == ["assistant", "tool"]

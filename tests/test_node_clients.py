@@ -80,3 +80,30 @@ def test_vercel_previous_response_id(server: Server, sim: Simulator) -> None:
     assert out == {"first": "Noted.", "second": "tangerine", "firstId": out["firstId"]}
     said = json.dumps(json.loads(sim.requests()[-1]["body"])["messages"])
     assert "remember the word tangerine" in said
+
+
+def test_vercel_tool_round_trip(server: Server, sim: Simulator) -> None:
+    """The SDK runs its tool locally and resends the whole history with the result."""
+    sim.script(
+        [
+            {
+                "expect": {"has_tools": True},
+                "reply": {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
+            },
+            {
+                "expect": {"last_tool_result_contains": "sunny in Oslo"},
+                "reply": {"text": "It is sunny."},
+            },
+        ]
+    )
+    out = _run(server, "tools")
+    assert out == {"text": "It is sunny.", "steps": 2, "calls": [["get_weather", {"city": "Oslo"}]]}
+    sim.assert_script_done()
+
+
+def test_vercel_generate_object(server: Server, sim: Simulator) -> None:
+    sim.script([{"reply": {"text": '{"city": "Oslo", "sunny": true}'}}])
+    out = _run(server, "object")
+    assert out == {"object": {"city": "Oslo", "sunny": True}}
+    sent = json.loads(sim.requests()[-1]["body"])["response_format"]
+    assert sent["type"] == "json_schema"

@@ -2,7 +2,8 @@
 // against Courier. Usage: node vercel_ai.mjs <generate|stream|continue>; prints one JSON
 // object. COURIER_BASE_URL (with /v1) and COURIER_API_KEY come from the environment.
 import { createOpenAI } from "@ai-sdk/openai";
-import { generateText, streamText } from "ai";
+import { generateObject, generateText, stepCountIs, streamText, tool } from "ai";
+import { z } from "zod";
 
 const openai = createOpenAI({
   baseURL: process.env.COURIER_BASE_URL,
@@ -42,6 +43,35 @@ async function main() {
       providerOptions: { openai: { previousResponseId: first.response.id } },
     });
     return { first: first.text, second: second.text, firstId: first.response.id };
+  }
+  if (mode === "tools") {
+    const result = await generateText({
+      model,
+      prompt: "weather in Oslo?",
+      maxRetries: 0,
+      stopWhen: stepCountIs(3),
+      tools: {
+        get_weather: tool({
+          description: "The weather in a city.",
+          inputSchema: z.object({ city: z.string() }),
+          execute: async ({ city }) => `sunny in ${city}`,
+        }),
+      },
+    });
+    return {
+      text: result.text,
+      steps: result.steps.length,
+      calls: result.steps.flatMap((s) => s.toolCalls.map((c) => [c.toolName, c.input])),
+    };
+  }
+  if (mode === "object") {
+    const result = await generateObject({
+      model,
+      prompt: "a forecast",
+      maxRetries: 0,
+      schema: z.object({ city: z.string(), sunny: z.boolean() }),
+    });
+    return { object: result.object };
   }
   throw new Error(`unknown mode ${mode}`);
 }
