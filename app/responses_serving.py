@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from app.agent.events import ClientToolCalls, TurnFinished, TurnText
-from app.agent.turns import SessionBusy, TurnHandle
+from app.agent.turns import IDEMPOTENCY_TTL_S, RETRY_WINDOW_S, SessionBusy, TurnHandle
 from app.db import session_query as q
 from app.db.session_models import ResponseRow
 from app.protocol.errors import ApiError, validation_error
@@ -45,7 +45,8 @@ from app.session_service import SessionService
 
 log = logging.getLogger(__name__)
 
-RUN_GRACE_S = 60.0
+RUN_GRACE_S = max(IDEMPOTENCY_TTL_S, RETRY_WINDOW_S)
+"""As long as the chat path may still reattach a retry to a finished turn."""
 
 
 @dataclass

@@ -39,8 +39,9 @@ def test_capabilities_describe_profiles_features_and_limits(srv: Server) -> None
     assert caps["limits"]["spend_cap_key_usd"] is None
 
 
-def test_capabilities_match_behaviour(srv: Server) -> None:
+def test_capabilities_match_behaviour(srv: Server, sim: Simulator) -> None:
     """A feature reported off is refused; one reported on is not refused for support."""
+    sim.script([{"reply": {"text": "ok"}}])
     caps = httpx.get(f"{srv.base_url}/v1/capabilities", headers=srv.headers()).json()
     tool = {"type": "function", "name": "f", "parameters": {"type": "object"}}
     resp = httpx.post(
@@ -51,6 +52,13 @@ def test_capabilities_match_behaviour(srv: Server) -> None:
     )
     refused = resp.status_code == 400 and resp.json()["error"]["code"] == "unsupported_parameter"
     assert refused is not caps["features"]["client_tools"]
+    background = httpx.post(
+        f"{srv.base_url}/v1/responses",
+        json={"model": "courier", "input": "hi", "background": True},
+        headers=srv.headers(),
+    )
+    assert caps["features"]["background_responses"] is False
+    assert background.status_code == 400 and background.json()["error"]["param"] == "background"
 
 
 def test_ready_when_everything_answers(srv: Server) -> None:

@@ -298,3 +298,22 @@ def test_input_items_are_paged(claude: Server, sim: Simulator) -> None:
     assert not rest["has_more"] and len(rest["data"]) == 3
     listed = [i.id for i in _sdk(claude).responses.input_items.list(rid, limit=2)]
     assert len(listed) == 5  # the SDK's pager follows has_more / last_id
+
+
+def test_a_retry_gets_the_same_response(claude: Server, sim: Simulator) -> None:
+    sim.script([{"reply": {"text": "only once"}}])
+    body = {"model": "courier", "input": "do it once"}
+    first = _post(claude, body).json()
+    retried = httpx.post(
+        f"{claude.base_url}/v1/responses",
+        json=body,
+        headers={**claude.headers(), "x-stainless-retry-count": "1"},
+        timeout=30,
+    ).json()
+    assert retried["id"] == first["id"] and retried["output"] == first["output"]
+    keyed = {**claude.headers(), "Idempotency-Key": "k-resp-1"}
+    sim.script([{"reply": {"text": "keyed once"}}])
+    a = httpx.post(f"{claude.base_url}/v1/responses", json=body, headers=keyed, timeout=30)
+    b = httpx.post(f"{claude.base_url}/v1/responses", json=body, headers=keyed, timeout=30)
+    assert a.json()["id"] == b.json()["id"]
+    sim.assert_script_done()  # two upstream calls in all, not four

@@ -49,7 +49,7 @@ async def capabilities(state: StateDep, _principal: PrincipalDep) -> dict[str, A
             "server_tools": True,
             "client_tools": wire.CLIENT_TOOLS,
             "structured_output": wire.STRUCTURED_OUTPUT,
-            "image_input": False,
+            "image_input": True,
             "background_responses": False,
             "previous_response_id": True,
             "sessions_api": True,
