@@ -18,7 +18,7 @@ from agents import (
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 
-from tests.support.server import Server
+from tests.support.server import Server, sim_env
 from tests.support.sim import Simulator
 
 
@@ -27,6 +27,16 @@ def _no_tracing() -> Iterator[None]:
     # The SDK exports traces to OpenAI's servers by default; tests reach only 127.0.0.1.
     set_tracing_disabled(True)
     yield
+
+
+@pytest.fixture(scope="module")
+def claude(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = Server(
+        data_dir=tmp_path_factory.mktemp("agents-claude"),
+        env=sim_env(simulator.base_url, "anthropic"),
+    ).start()
+    yield srv
+    srv.stop()
 
 
 @function_tool
@@ -112,3 +122,35 @@ async def test_function_tool_round_trip_and_output_type(server: Server, sim: Sim
     assert "get_weather" in [t["function"]["name"] for t in first["tools"]]
     assert first["response_format"]["type"] == "json_schema"
     assert [m["role"] for m in second["messages"]][-2:] == ["assistant", "tool"]
+
+
+async def test_three_turns_server_tool_then_cache_read(claude: Server, sim: Simulator) -> None:
+    """Turn 1 runs a server tool the SDK never sees; turn 3 reads the cached prefix."""
+    agent, config = _agent(claude)
+    sim.configure(min_cacheable_tokens=64)
+    try:
+        sim.script(
+            [
+                {"reply": {"tool_calls": [{"name": "list_files", "arguments": {}}]}},
+                {"reply": {"text": "The workspace is empty."}},
+                {"expect": {"last_user_contains": "sure"}, "reply": {"text": "Yes, empty."}},
+                {"expect": {"last_user_contains": "thanks"}, "reply": {"text": "Welcome."}},
+            ]
+        )
+        first = await Runner.run(agent, "what files are there?", run_config=config)
+        second = await Runner.run(
+            agent, "sure?", run_config=config, previous_response_id=first.last_response_id
+        )
+        third = await Runner.run(
+            agent, "thanks", run_config=config, previous_response_id=second.last_response_id
+        )
+    finally:
+        sim.configure(min_cacheable_tokens=1024)
+    sim.assert_script_done()
+    assert first.final_output == "The workspace is empty."
+    assert [item.type for item in first.new_items] == ["message_output_item"]
+    assert third.final_output == "Welcome."
+    (response,) = third.raw_responses
+    assert response.usage.input_tokens_details.cached_tokens > 0
+    said = json.dumps(json.loads(sim.requests()[-1]["body"])["messages"])
+    assert "tool_use" in said and "what files are there?" in said and "sure?" in said
