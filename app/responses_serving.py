@@ -57,10 +57,13 @@ class ResponseRun:
     """The final Response body and how the turn ended."""
 
 
-def not_found(response_id: str, param: str | None = None) -> ApiError:
-    return ApiError(
-        404, f"response '{response_id}' not found", param=param, code="response_not_found"
-    )
+class ResponseNotFound(Exception):
+    """No such response for this caller (another key's answers the same: no oracle)."""
+
+    def __init__(self, response_id: str, param: str | None = None) -> None:
+        super().__init__(response_id)
+        self.response_id = response_id
+        self.param = param
 
 
 class ResponsesServing:
@@ -78,7 +81,7 @@ class ResponsesServing:
         row = q.get_response(self.store, response_id=response_id)
         # Another key's response answers exactly like a missing one.
         if row is None or row.retracted or (row.owner != principal.owner and not principal.admin):
-            raise not_found(response_id, param)
+            raise ResponseNotFound(response_id, param)
         return row
 
     def start(

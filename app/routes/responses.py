@@ -14,13 +14,15 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
 from app.agent.turns import SessionBusy
+from app.db.session_models import ResponseRow
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.render import error_payload, retry_headers, tool_event_payload
 from app.protocol.responses import EventRenderer, ResponseCreateRequest
-from app.responses_serving import ResponseRun, ResponsesServing
+from app.responses_serving import ResponseNotFound, ResponseRun, ResponsesServing
 from app.routes.body import parse_json_object
 from app.routes.chat import retry_of
 from app.routes.deps import PrincipalDep, StateDep, read_limited_body
+from app.security.auth import Principal
 from app.state import AppState
 
 router = APIRouter()
@@ -28,6 +30,22 @@ router = APIRouter()
 
 def serving(state: AppState) -> ResponsesServing:
     return state.responses
+
+
+def not_found(exc: ResponseNotFound) -> ApiError:
+    return ApiError(
+        404,
+        f"response '{exc.response_id}' not found",
+        param=exc.param,
+        code="response_not_found",
+    )
+
+
+def owned(state: AppState, principal: Principal, response_id: str) -> ResponseRow:
+    try:
+        return serving(state).owned(principal, response_id)
+    except ResponseNotFound as exc:
+        raise not_found(exc) from None
 
 
 def parse_request(body: bytes) -> ResponseCreateRequest:
@@ -42,7 +60,10 @@ def parse_request(body: bytes) -> ResponseCreateRequest:
 async def create_response(request: Request, state: StateDep, principal: PrincipalDep) -> Response:
     raw = await read_limited_body(request, state.settings.max_body_bytes)
     body = parse_request(raw)
-    run = serving(state).start(body, principal, retry=retry_of(request, b"responses\n" + raw))
+    try:
+        run = serving(state).start(body, principal, retry=retry_of(request, b"responses\n" + raw))
+    except ResponseNotFound as exc:
+        raise not_found(exc) from None
     headers = {"X-Session-Id": run.shell.session_id} if body.store else {}
     if body.stream:
         opted_in = "tools" in request.headers.get("x-courier-events", "").lower().split(",")
@@ -120,16 +141,15 @@ async def frames(
 
 @router.get("/v1/responses/{response_id}")
 async def get_response(response_id: str, state: StateDep, principal: PrincipalDep) -> Any:
-    row = serving(state).owned(principal, response_id)
+    row = owned(state, principal, response_id)
     return JSONResponse(json.loads(row.body))
 
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(response_id: str, state: StateDep, principal: PrincipalDep) -> Any:
-    responses = serving(state)
-    row = responses.owned(principal, response_id)
+    row = owned(state, principal, response_id)
     try:
-        responses.retract(row)
+        serving(state).retract(row)
     except SessionBusy:
         raise ApiError(
             409, "a turn is running on this response's session", code="session_busy"
@@ -146,7 +166,7 @@ async def input_items(
     order: Literal["asc", "desc"] = "desc",
     after: str | None = None,
 ) -> dict[str, Any]:
-    row = serving(state).owned(principal, response_id)
+    row = owned(state, principal, response_id)
     items: list[dict[str, Any]] = json.loads(row.input_items)
     if order == "desc":
         items.reverse()
