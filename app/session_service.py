@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from app.agent.turns import SessionBusy, TurnManager
 from app.db import session_query as q
+from app.db.chat_store import put_images, session_images
 from app.db.models import MessageRow, SessionRow
 from app.db.store import NewMessage, Store
 from app.serving import ChatServing, new_session_id
@@ -45,6 +46,7 @@ def _copy(row: MessageRow) -> NewMessage:
         is_error=row.is_error,
         reasoning=row.reasoning,
         kind=row.kind,
+        images=tuple(json.loads(row.images)) if row.images else (),
     )
 
 
@@ -104,6 +106,9 @@ class SessionService:
             client_instructions=instructions,
             messages=[_copy(r) for r in rows],
         )
+        # The copied rows name their images by hash; the fork needs the images themselves.
+        images = session_images(self.store, session_id=source.id)
+        put_images(self.store, session_id=new_id, images=list(images.values()))
         return Forked(session_id=new_id, messages=len(rows), workspace_copied=copied)
 
     def retract(self, session: SessionRow, *, purge: bool) -> None:

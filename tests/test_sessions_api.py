@@ -332,3 +332,68 @@ def test_cost_report_savings_by_hand(srv: Server, sim: Simulator) -> None:
     summary = _ok(_get(srv, f"/v1/sessions/{sid}"))
     assert Decimal(summary["cache_savings_usd"]) == savings
     assert report["upstream_calls"] == 2 and report["unpriced_calls"] == 0
+
+
+def _resend(srv: Server, history: list[dict[str, str]]) -> httpx.Response:
+    return httpx.post(
+        f"{srv.base_url}/v1/chat/completions",
+        json={"model": "courier", "messages": history},
+        headers=srv.headers(),
+        timeout=30,
+    )
+
+
+def test_a_retracted_session_is_not_continued_by_resending_it(srv: Server, sim: Simulator) -> None:
+    kept = _new_session(srv, sim, "the okapi question")
+    gone = _new_session(srv, sim, "the axolotl question")
+    sim.script([{"reply": {"text": "more okapi"}}, {"reply": {"text": "fresh start"}}])
+    # Without a session id a client resends the visible history; Courier finds its session.
+    okapi = [
+        {"role": "user", "content": "the okapi question"},
+        {"role": "assistant", "content": "answer to the okapi question"},
+        {"role": "user", "content": "and then?"},
+    ]
+    assert _resend(srv, okapi).headers["x-session-id"] == kept
+    assert httpx.delete(f"{srv.base_url}/v1/sessions/{gone}", headers=srv.headers()).is_success
+    axolotl = [
+        {"role": "user", "content": "the axolotl question"},
+        {"role": "assistant", "content": "answer to the axolotl question"},
+        {"role": "user", "content": "and then?"},
+    ]
+    resent = _resend(srv, axolotl)
+    assert resent.status_code == 200 and resent.headers["x-session-id"] not in (gone, kept)
+
+
+def test_fork_carries_the_images(srv: Server, sim: Simulator) -> None:
+    pixel = (
+        "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR4"
+        "nGNgYAAAAAMAASsJTYQAAAAASUVORK5CYII="
+    )
+    sim.script([{"reply": {"text": "a pixel"}}])
+    resp = httpx.post(
+        f"{srv.base_url}/v1/chat/completions",
+        json={
+            "model": "courier",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "what is this?"},
+                        {"type": "image_url", "image_url": {"url": pixel}},
+                    ],
+                }
+            ],
+        },
+        headers=srv.headers(),
+        timeout=30,
+    )
+    assert resp.status_code == 200, resp.text
+    sid = resp.headers["x-session-id"]
+    (user, _) = _ok(_get(srv, f"/v1/sessions/{sid}/messages"))["data"]
+    assert len(user["images"]) == 1
+    fork = _ok(httpx.post(f"{srv.base_url}/v1/sessions/{sid}/fork", headers=srv.headers()))
+    sim.script([{"reply": {"text": "still a pixel"}}])
+    cont = _chat(srv, "and now?", session=fork["id"])
+    assert cont.status_code == 200, cont.text
+    blocks = json.loads(sim.requests()[-1]["body"])["messages"][0]["content"]
+    assert sorted(b["type"] for b in blocks) == ["image", "text"]

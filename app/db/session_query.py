@@ -48,6 +48,11 @@ class MessageView:
         return "archived" if self.row.compacted else "retracted"
 
     @property
+    def images(self) -> list[str]:
+        """sha256 keys of the row's images (stored once per session)."""
+        return list(json.loads(self.row.images)) if self.row.images else []
+
+    @property
     def tool_calls(self) -> list[dict[str, Any]]:
         return list(json.loads(self.row.tool_calls)) if self.row.tool_calls else []
 
@@ -223,20 +228,26 @@ def retract_session(store: Store, *, session_id: str) -> None:
             text("UPDATE response_record SET retracted = 1 WHERE session_id = :sid"),
             {"sid": session_id},
         )
+        # The continuity index is derived data: without this, a client resending the
+        # retracted conversation would be matched to it and continue it.
+        conn.execute(
+            text("DELETE FROM transcript_key WHERE session_id = :sid"), {"sid": session_id}
+        )
         if db.get(SessionRetractionRow, session_id) is None:
             db.add(SessionRetractionRow(session_id=session_id))
         db.commit()
 
 
 def purge_session(store: Store, *, session_id: str) -> None:
-    """Hard-delete a session's transcript, turns, todo list and stored responses.
+    """Hard-delete a session's transcript, turns, images, continuity index, todo list and
+    stored responses.
 
     The session row and its usage ledger stay: spend caps and billing count every call a
     key made, so deleting them would hand a key its budget back. The row keeps no text.
     """
     with Session(store.engine) as db:
         conn = db.connection()
-        for table in ("message", "turn", "response_record"):
+        for table in ("message", "turn", "response_record", "transcript_key", "session_image"):
             conn.execute(text(f"DELETE FROM {table} WHERE session_id = :sid"), {"sid": session_id})
         todo = db.get(TodoListRow, session_id)
         if todo is not None:

@@ -167,6 +167,7 @@ async def list_messages(
                 if m.row.api_content is not None
                 else m.row.content,
                 "tool_calls": m.tool_calls,
+                "images": m.images,
                 "tool_call_id": m.row.tool_call_id,
                 "tool_name": m.row.tool_name,
                 "is_error": m.row.is_error,
