@@ -72,6 +72,11 @@ def test_create_non_stream_strict_and_spec_valid(claude: Server, sim: Simulator)
     assert usage["output_tokens"] == courier["output_tokens"] > 0
     assert courier["cost"]["status"] == "estimated" and usage["cost"] > 0
     assert raw.http_response.headers["x-session-id"] == body["session_id"]
+    assert "x-courier-ignored" not in raw.http_response.headers
+    sim.script([{"reply": {"text": "ok"}}])
+    extra = _post(claude, {"model": "courier", "input": "x", "include": [], "zzz_unknown": 1})
+    assert extra.status_code == 200
+    assert extra.headers["x-courier-ignored"] == "include, zzz_unknown"
     # GET answers with the same object; the SDK's retrieve is strict too.
     again = httpx.get(f"{claude.base_url}/v1/responses/{response.id}", headers=claude.headers())
     assert again.json() == body

@@ -65,6 +65,9 @@ async def create_response(request: Request, state: StateDep, principal: Principa
     except ResponseNotFound as exc:
         raise not_found(exc) from None
     headers = {"X-Session-Id": run.shell.session_id} if body.store else {}
+    if ignored := body.ignored_fields():
+        # Named, not silently dropped: the same courtesy the chat route gives.
+        headers["X-Courier-Ignored"] = ", ".join(ignored)
     if body.stream:
         opted_in = "tools" in request.headers.get("x-courier-events", "").lower().split(",")
         return EventSourceResponse(
