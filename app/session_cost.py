@@ -101,11 +101,13 @@ class UncachedCosts:
 
     def __init__(self, limit: int = 200_000) -> None:
         self.limit = limit
-        self._known: OrderedDict[int, Decimal | None] = OrderedDict()
+        self._known: OrderedDict[tuple[int, str, float], Decimal | None] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, call: ApiCallRow, price: Pricer) -> Decimal | None:
-        key = call.id
+        # Not the id alone: SQLite may reuse the id of a deleted last row, and one process
+        # can hold two stores (tests, benchmarks).
+        key = (call.id, call.session_id, call.created_at) if call.id is not None else None
         if key is not None:
             with self._lock:
                 if key in self._known:
