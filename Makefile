@@ -46,8 +46,11 @@ unit: install
 
 test: lint typecheck unit
 
+# Two locks: everything for development, and the runtime subset the container image installs,
+# constrained to the same versions so the image runs exactly what the tests ran.
 lock:
 	$(BIN)/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 -c requirements.lock -o requirements-runtime.lock
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import secrets
 import sys
 
@@ -11,6 +10,7 @@ import sys
 def _serve(_args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app import logs
     from app.config import ConfigError, load_settings
     from app.main import create_app
     from app.tools.plugins import PluginError, load_plugin_tools
@@ -21,15 +21,16 @@ def _serve(_args: argparse.Namespace) -> int:
     except (ConfigError, PluginError) as exc:
         print(f"courier: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(settings.log_level, settings.log_format)
     uvicorn.run(
         create_app(settings),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
-        timeout_graceful_shutdown=5,
+        # Ours instead (routes/request_log.py): uvicorn's line carries the query string.
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=settings.drain_timeout_s,
     )
     return 0
 

@@ -5,6 +5,7 @@ Nothing is built at import time, so tests can create apps with their own setting
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -25,11 +26,13 @@ from app.providers.base import Provider
 from app.providers.factory import build_provider
 from app.routes import chat, health, models, sessions
 from app.routes import metrics as metrics_routes
+from app.routes.request_log import RequestLogMiddleware
 from app.security.auth import Authenticator
 from app.serving import ChatServing
 from app.state import AppState
 from app.tools.plugins import load_plugin_tools
 from app.tools.registry import ToolRegistry
+from app.tools.sandbox import sandbox_status
 from app.tools.terminal import terminal_tools
 from app.tools.todo import state_tools
 from app.tools.web import web_tools
@@ -61,6 +64,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics = Metrics()
     turns = TurnManager(store, metrics)
     providers = build_providers(settings)
+    # Probed now rather than at the first command, so the startup log already says whether
+    # the terminal tool is offered and, if not, why (a container without the options).
+    await asyncio.to_thread(sandbox_status)
     tools = ToolRegistry(
         [
             *workspace_tools(),
@@ -142,4 +148,5 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(chat.router)
     app.include_router(sessions.router)
     app.include_router(metrics_routes.router)
+    app.add_middleware(RequestLogMiddleware)
     return app

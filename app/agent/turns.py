@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from app.agent.events import TurnEvent, TurnFinished
 from app.agent.loop import TurnContext, run_turn
 from app.db.store import Store
+from app.logs import bind_turn
 from app.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -148,6 +149,7 @@ class TurnManager:
 
     async def _run(self, ctx: TurnContext, handle: TurnHandle) -> TurnFinished:
         finished: TurnFinished | None = None
+        bind_turn(session=ctx.session_id, turn=handle.turn_id)
         self.metrics.in_flight.inc()
         try:
             finished = await run_turn(ctx)
@@ -156,6 +158,7 @@ class TurnManager:
             self.metrics.in_flight.dec()
             self.running.pop(handle.turn_id, None)
             reason = finished.exit_reason if finished else "cancelled"
+            log.info("turn finished: %s", reason)
             self.metrics.turns.labels(ctx.profile.name, reason).inc()
             try:
                 self.store.finish_turn(
