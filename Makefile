@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit clean lock
+.PHONY: install demo test lint typecheck unit clean lock image-test
 
 # The terminal tool runs commands under bubblewrap: without `bwrap` the tool is not offered
 # and its sandbox tests fail, so a fresh Debian machine gets it here. A no-op once present.
@@ -45,6 +45,11 @@ unit: install
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck unit
+
+# Builds the image from a clean export of HEAD and checks it in podman (deploy/image-test.sh
+# says why each setup step exists). Installs podman, runc and debootstrap when missing.
+image-test: install
+	deploy/image-test.sh
 
 # Two locks: everything for development, and the runtime subset the container image installs,
 # constrained to the same versions so the image runs exactly what the tests ran.
