@@ -94,7 +94,7 @@ class Pod:
         podman(
             "run", "-d", "--name", self.sim,
             "-p", f"127.0.0.1:{self.api_port}:8642", "-p", f"127.0.0.1:{self.sim_port}:8643",
-            IMAGE, "python3", "-m", "app.simulator", "--host", "127.0.0.1", "--port", "8643",
+            IMAGE, "python3", "-m", "app.simulator", "--host", "0.0.0.0", "--port", "8643",
         )  # fmt: skip
         wait_healthy(f"http://127.0.0.1:{self.sim_port}/_sim/script", self.sim)
 
