@@ -100,7 +100,9 @@ class Pod:
 
     def start_courier(self, *extra: str) -> None:
         podman(
+            # --read-only as in deploy/docker-compose.yml: /data and /tmp the only writable paths
             "run", "-d", "--name", self.courier, "--network", f"container:{self.sim}",
+            "--read-only", "--tmpfs", "/tmp",
             "-v", f"{self.volume}:/data",
             "-v", f"{self.key_file}:/run/secrets/courier_api_key:ro",
             "-e", "COURIER_API_KEY_FILE=/run/secrets/courier_api_key",
