@@ -1,10 +1,11 @@
-"""The `courier` command: serve, simulate, keygen."""
+"""The `courier` command: serve, simulate, keygen, and the operator commands in app/ops/."""
 
 from __future__ import annotations
 
 import argparse
 import secrets
 import sys
+from collections.abc import Callable
 
 
 def _serve(_args: argparse.Namespace) -> int:
@@ -47,6 +48,67 @@ def _keygen(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from app.ops import doctor
+
+    findings, status = doctor.run(upstream=not args.skip_upstream)
+    print(doctor.render(findings))
+    return status
+
+
+def _records(name: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        from app.db.operator_store import StoreMissing
+        from app.ops import records
+
+        try:
+            result: int = getattr(records, name)(args)
+        except StoreMissing as exc:
+            return records.store_missing(exc)
+        return result
+
+    return run
+
+
+def _add_records(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    def store_args(p: argparse.ArgumentParser, *, json_out: bool = True) -> None:
+        p.add_argument("--data-dir", help="default: COURIER_DATA_DIR, else the configured one")
+        if json_out:
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    sessions = sub.add_parser("sessions", help="list, show, search or export stored sessions")
+    verbs = sessions.add_subparsers(dest="verb", required=True)
+    ls = verbs.add_parser("list", help="most recently active first")
+    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--owner", help="only this key's sessions (its `key_...` id)")
+    store_args(ls)
+    ls.set_defaults(func=_records("sessions_list"))
+    show = verbs.add_parser("show", help="a session's record and every message row")
+    show.add_argument("session_id")
+    store_args(show)
+    show.set_defaults(func=_records("sessions_show"))
+    search = verbs.add_parser("search", help="full-text search across sessions")
+    search.add_argument("query")
+    search.add_argument("--limit", type=int, default=20)
+    store_args(search)
+    search.set_defaults(func=_records("sessions_search"))
+    export = verbs.add_parser("export", help="a session as JSON Lines on stdout")
+    export.add_argument("session_id")
+    store_args(export, json_out=False)
+    export.set_defaults(func=_records("sessions_export"))
+
+    usage = sub.add_parser("usage", help="spend by day, key and profile")
+    usage.add_argument("--days", type=int, default=0, help="only the last N days (0: all)")
+    store_args(usage)
+    usage.set_defaults(func=_records("usage"))
+
+    keys = sub.add_parser("keys", help="key utilities")
+    key_verbs = keys.add_subparsers(dest="verb", required=True)
+    key_verbs.add_parser(
+        "hash", help="read a key on stdin, print its sha256 digest and owner id"
+    ).set_defaults(func=_records("keys_hash"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="courier", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -56,6 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     sim.add_argument("--port", type=int, default=8643)
     sim.set_defaults(func=_simulate)
     sub.add_parser("keygen", help="print a strong random API key").set_defaults(func=_keygen)
+    doctor = sub.add_parser("doctor", help="check this deployment and list what to fix")
+    doctor.add_argument(
+        "--skip-upstream", action="store_true", help="do not contact the upstream providers"
+    )
+    doctor.set_defaults(func=_doctor)
+    _add_records(sub)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result
