@@ -24,7 +24,7 @@ from app.metrics import Metrics
 from app.protocol.errors import ApiError, validation_error
 from app.providers.base import Provider
 from app.providers.factory import build_provider
-from app.routes import chat, health, models, sessions
+from app.routes import chat, console, health, models, sessions, usage
 from app.routes import metrics as metrics_routes
 from app.routes.request_log import RequestLogMiddleware
 from app.security.auth import Authenticator
@@ -148,5 +148,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(chat.router)
     app.include_router(sessions.router)
     app.include_router(metrics_routes.router)
+    app.include_router(usage.router)
+    app.include_router(console.router)
     app.add_middleware(RequestLogMiddleware)
     return app

@@ -155,24 +155,27 @@ class OperatorStore:
             for r in rows
         ]
 
-    def usage(self, *, since: float | None = None) -> list[UsageRow]:
+    def usage(self, *, since: float | None = None, owner: str | None = None) -> list[UsageRow]:
         """Spend per UTC day, key (owner) and profile, from the per-call ledger."""
+        where = (
+            "WHERE (:since IS NULL OR created_at >= :since) AND (:owner IS NULL OR owner = :owner)"
+        )
+        params = {"since": since, "owner": owner}
         rows = self._rows(
             "SELECT date(created_at, 'unixepoch') AS day, owner, profile, COUNT(*) AS calls, "
             "SUM(input_tokens) AS i, SUM(output_tokens) AS o, SUM(cache_read_tokens) AS cr, "
             "SUM(cache_write_tokens) AS cw, "
             "SUM(CASE WHEN cost_status = 'unknown' THEN 1 ELSE 0 END) AS unknown "
-            "FROM api_call WHERE (:since IS NULL OR created_at >= :since) "
-            "GROUP BY day, owner, profile ORDER BY day, owner, profile",
-            {"since": since},
+            f"FROM api_call {where} GROUP BY day, owner, profile ORDER BY day, owner, profile",
+            params,
         )
         # Costs are decimal strings: summed here in Decimal, since SQL's SUM would go
         # through binary floats and drift in the last cents.
         costs: dict[tuple[str, str, str], Decimal] = {}
         for r in self._rows(
             "SELECT date(created_at, 'unixepoch') AS day, owner, profile, cost_usd FROM api_call "
-            "WHERE cost_usd IS NOT NULL AND (:since IS NULL OR created_at >= :since)",
-            {"since": since},
+            f"{where} AND cost_usd IS NOT NULL",
+            params,
         ):
             key = (r["day"], r["owner"], r["profile"])
             costs[key] = costs.get(key, Decimal(0)) + Decimal(r["cost_usd"])
