@@ -174,11 +174,13 @@ async function sessionsView() {
 function sessionsTable(rows, hasMore) {
   if (!rows.length) return h("p", { class: "muted" }, "No sessions yet.");
   const head = ["Session", "Profile", "Last activity", "Turns", "Cost", "Cache savings"];
+  const numeric = new Set(["Turns", "Cost", "Cache savings"]);
   return h(
     "table",
     { class: "sessions" },
     h("caption", {}, hasMore ? "Most recent sessions (more exist)" : "Most recent sessions"),
-    h("thead", {}, h("tr", {}, head.map((label) => h("th", { scope: "col" }, label)))),
+    h("thead", {}, h("tr", {}, head.map((label) =>
+      h("th", { scope: "col", class: numeric.has(label) ? "num" : null }, label)))),
     h(
       "tbody",
       {},
@@ -405,7 +407,7 @@ async function spendView() {
 }
 
 function spendChart(days) {
-  const width = 640, height = 240, left = 64, bottom = 40, top = 16;
+  const width = 640, height = 240, left = 84, bottom = 40, top = 16;
   const max = Math.max(...days.map((d) => Number(d.cost_usd || 0)), 1e-9);
   const slot = (width - left - 8) / days.length;
   const barWidth = Math.max(4, Math.min(48, slot * 0.7));
@@ -433,7 +435,8 @@ function spendChart(days) {
 function spendTable(days) {
   return h("table", {},
     h("caption", {}, "Spend per day"),
-    h("thead", {}, h("tr", {}, ["Day", "Calls", "Cache read tokens", "Cost"].map((l) => h("th", { scope: "col" }, l)))),
+    h("thead", {}, h("tr", {}, ["Day", "Calls", "Cache read tokens", "Cost"].map((l, i) =>
+      h("th", { scope: "col", class: i ? "num" : null }, l)))),
     h("tbody", {}, days.map((d) => h("tr", {},
       h("td", {}, d.day), h("td", { class: "num" }, d.calls),
       h("td", { class: "num" }, d.cache_read_tokens), h("td", { class: "num" }, usd(d.cost_usd))))));
