@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit clean lock image-test
+.PHONY: install demo test lint typecheck unit clean lock image-test browser-test
 
 # The terminal tool runs commands under bubblewrap: without `bwrap` the tool is not offered
 # and its sandbox tests fail, so a fresh Debian machine gets it here. A no-op once present.
@@ -50,6 +50,18 @@ test: lint typecheck unit
 # says why each setup step exists). Installs podman, runc and debootstrap when missing.
 image-test: install
 	deploy/image-test.sh
+
+# The console in Debian's chromium (headless, via Playwright); screenshots land in
+# test-output/console/. Installs chromium when missing.
+browser-test: install
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium for the console tests"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; } \
+	    || { echo "apt-get could not install chromium"; exit 1; }; \
+	  else echo "the console tests need chromium (apt-get install chromium)"; exit 1; fi; }
+	$(BIN)/python -m pytest -q tests/browser
 
 # Two locks: everything for development, and the runtime subset the container image installs,
 # constrained to the same versions so the image runs exactly what the tests ran.

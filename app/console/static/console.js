@@ -294,7 +294,9 @@ function messageItem(m) {
   const badges = [];
   if (state !== "live") badges.push(h("span", { class: `badge ${state}` }, state));
   if (m.is_error) badges.push(h("span", { class: "badge error" }, "error"));
-  const role = m.role === "tool" ? `tool result${m.tool_name ? ` · ${m.tool_name}` : ""}` : m.role;
+  const role = m.role === "tool"
+    ? `Tool result${m.tool_name ? ` · ${m.tool_name}` : ""}`
+    : m.role.charAt(0).toUpperCase() + m.role.slice(1);
   const body = [];
   if (m.content) body.push(h("p", { class: "text" }, m.content));
   for (const call of m.tool_calls || []) {
