@@ -489,12 +489,15 @@ def sandbox_status() -> SandboxStatus:
 
 
 def in_container() -> bool:
-    """Running inside a podman or Docker container (the marker file each engine creates).
+    """Running inside a podman or Docker container: the marker file each engine creates, or
+    podman's `container` variable (its marker file is hidden under `--read-only`'s /run).
 
     The marker decides whether a weaker profile may be tried: on a bare host a failing
     sethostname or proc mount is a broken setup to fix, not something already isolated.
     """
-    return Path("/run/.containerenv").exists() or Path("/.dockerenv").exists()
+    if Path("/run/.containerenv").exists() or Path("/.dockerenv").exists():
+        return True
+    return bool(os.environ.get("container"))  # noqa: SIM112  (lower case is the convention)
 
 
 def _choose_profile() -> tuple[SandboxProfile | None, str]:

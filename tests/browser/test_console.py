@@ -206,6 +206,7 @@ def test_sessions_view_lists_cost_and_search_finds_a_transcript(
     page.get_by_role("button", name="Search").click()
     hit = page.get_by_role("link", name="Write down what you know about pelicans")
     hit.wait_for()
+    assert "**" not in page.locator("#results").inner_text()  # match markers shown as <mark>
     shot(page, "04-search")
     hit.click()
     page.get_by_role("heading", name="Write down what you know about pelicans").wait_for()

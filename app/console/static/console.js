@@ -221,8 +221,14 @@ async function searchSessions(q) {
       h("li", {},
         h("a", { href: `#/session/${encodeURIComponent(hit.session_id)}` }, hit.title || hit.session_id),
         " — ", h("span", { class: "muted" }, `${hit.role}${hit.state && hit.state !== "live" ? ` (${hit.state})` : ""}: `),
-        hit.snippet || ""))),
+        ...highlighted(hit.snippet || "")))),
   );
+}
+
+// The search API marks matches as **word**: shown as <mark>, built as nodes, never parsed
+// as markup, so a snippet cannot inject anything.
+function highlighted(snippet) {
+  return snippet.split("**").map((part, i) => (i % 2 ? h("mark", {}, part) : part));
 }
 
 // -- transcript -----------------------------------------------------------------------------
