@@ -28,7 +28,8 @@ def _serve(_args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
-        # Ours instead (routes/request_log.py): uvicorn's line carries the query string.
+        # uvicorn's line carries the query string (a search term is user content); the
+        # JSON log has its own access line without it (routes/request_log.py).
         access_log=False,
         log_config=None,
         timeout_graceful_shutdown=settings.drain_timeout_s,

@@ -150,5 +150,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(metrics_routes.router)
     app.include_router(usage.router)
     app.include_router(console.router)
-    app.add_middleware(RequestLogMiddleware)
+    if settings.log_format == "json":
+        # Only for structured logs: a formatted line per request costs the hot path CPU,
+        # and text mode keeps no access log at all.
+        app.add_middleware(RequestLogMiddleware)
     return app

@@ -278,6 +278,14 @@ def assert_session_kept(pod: Pod, session: str) -> None:
     assert r.status_code == 200, r.text
 
 
+def test_doctor_passes_inside_the_container(pod: Pod) -> None:
+    result = pod.exec("courier", "doctor")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok    bind: 0.0.0.0:8642 inside a container" in result.stdout
+    assert "warn  sandbox: bubblewrap runs, reduced" in result.stdout
+    assert KEY not in result.stdout
+
+
 def test_json_logs_hold_no_key(pod: Pod) -> None:
     lines = [line for line in logs(pod.courier).splitlines() if line.startswith("{")]
     assert lines and all(KEY not in line for line in lines)
