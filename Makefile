@@ -48,8 +48,13 @@ test: lint typecheck unit
 
 # Builds the image from a clean export of HEAD and checks it in podman (deploy/image-test.sh
 # says why each setup step exists). Installs podman, runc and debootstrap when missing.
+# Not part of `test`: measured here at 65 s with the base and dependency layers cached, 2.5 min
+# after a source change, 7.8 min from nothing on a busy 2-core machine. Exit 3 from the script
+# means podman cannot be set up here: said plainly, and not a failure.
 image-test: install
-	deploy/image-test.sh
+	@deploy/image-test.sh || { rc=$$?; if [ $$rc -eq 3 ]; then \
+	  echo "image-test: NOT RUN: the container image was not tested on this machine"; \
+	else exit $$rc; fi; }
 
 # The console in Debian's chromium (headless, via Playwright); screenshots land in
 # test-output/console/. Installs chromium when missing.

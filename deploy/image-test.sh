@@ -12,7 +12,8 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${COURIER_IMAGE_TEST_CACHE:-/var/cache/courier-image-test}
-IMAGE=${COURIER_IMAGE:-localhost/courier:image-test}
+# One tag per checkout: two checkouts testing at once must not run each other's image.
+IMAGE=${COURIER_IMAGE:-localhost/courier:it-$(printf %s "$REPO" | sha1sum | cut -c1-8)}
 PODMAN=(podman --runtime runc)
 
 say() { printf 'image-test: %s\n' "$*"; }
@@ -45,6 +46,9 @@ fi
 
 # -- base image ----------------------------------------------------------------------------
 mkdir -p "$CACHE"
+# Serialised: two checkouts debootstrapping into one cache directory would corrupt it.
+exec 9>"$CACHE/lock"
+flock 9
 if ! "${PODMAN[@]}" image exists debian:bookworm-slim; then
   if [ ! -s "$CACHE/bookworm-minbase.tar" ]; then
     say "debootstrapping bookworm into $CACHE (about a minute, once)"
@@ -58,6 +62,7 @@ if ! "${PODMAN[@]}" image exists debian:bookworm-slim; then
   "${PODMAN[@]}" import -q "$CACHE/bookworm-minbase.tar" debian:bookworm-slim >/dev/null
   say "imported the cached base as debian:bookworm-slim"
 fi
+flock -u 9
 
 # -- build from a clean export of HEAD -----------------------------------------------------
 context=$(mktemp -d /tmp/courier-image-context.XXXXXX)
