@@ -228,6 +228,12 @@ def test_transcript_shows_the_tool_call_its_result_and_the_cost(
     assert "Tool result · write_file" in text
     facts = page.locator("dl.facts").inner_text()
     assert usd(session["cost_usd"]) in facts
+    # Each upstream call with its own cost, as the ledger has it.
+    calls = require(server, f"/v1/sessions/{sid}/usage")["calls"]
+    rows = page.get_by_role("table").filter(has_text="Upstream calls").locator("tbody tr")
+    assert rows.count() == len(calls) == 2
+    for row, call in zip(rows.all(), calls, strict=True):
+        assert usd(call["cost_usd"]) in row.inner_text()
     shot(page, "05-transcript")
     assert page.errors == []
 

@@ -255,6 +255,7 @@ async function transcriptView(sessionId) {
       fact("Prompt tokens", totals.prompt_tokens ?? ""),
       fact("Cache read tokens", totals.cache_read_tokens ?? ""),
     )),
+    usage && usage.calls.length ? callsTable(usage.calls) : "",
     h("h3", {}, "Transcript"),
     list,
   );
@@ -269,6 +270,22 @@ async function transcriptView(sessionId) {
   await refresh();
   // No events route to follow yet: poll, so a turn finishing after an approval shows up.
   refreshTimer = setInterval(() => refresh().catch(() => {}), 2000);
+}
+
+function callsTable(calls) {
+  const head = ["Upstream call", "Model", "Input", "Cache read", "Cache write", "Output", "Cost"];
+  return h("table", { class: "calls" },
+    h("caption", {}, "Upstream calls and what each cost"),
+    h("thead", {}, h("tr", {}, head.map((label, i) =>
+      h("th", { scope: "col", class: i > 1 ? "num" : null }, label)))),
+    h("tbody", {}, calls.map((c, i) => h("tr", {},
+      h("th", { scope: "row" }, `${i + 1}`, h("div", { class: "muted" }, when(c.created_at))),
+      h("td", {}, c.upstream_model),
+      h("td", { class: "num" }, c.input_tokens),
+      h("td", { class: "num" }, c.cache_read_tokens),
+      h("td", { class: "num" }, c.cache_write_tokens),
+      h("td", { class: "num" }, c.output_tokens),
+      h("td", { class: "num" }, c.cost_status === "unknown" ? "unknown" : usd(c.cost_usd))))));
 }
 
 async function loadMessages(sessionId) {
