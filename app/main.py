@@ -26,6 +26,8 @@ from app.providers.base import Provider
 from app.providers.factory import build_provider
 from app.routes import chat, console, health, models, sessions, usage
 from app.routes import metrics as metrics_routes
+from app.routes.cors import CorsMiddleware
+from app.routes.head import HeadAsGet
 from app.routes.request_log import RequestLogMiddleware
 from app.security.auth import Authenticator
 from app.serving import ChatServing
@@ -148,6 +150,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(chat.router)
     app.include_router(sessions.router)
     app.include_router(metrics_routes.router)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(CorsMiddleware, origins=settings.cors_origins)
     app.include_router(usage.router)
     app.include_router(console.router)
     if settings.log_format == "json":

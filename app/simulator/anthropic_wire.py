@@ -265,7 +265,16 @@ def parse(body: Any, *, require_max_tokens: bool = True) -> SimRequest:
         last_user_text=facts.last_user_text,
         last_tool_results=tuple(facts.last_tool_results),
         breakpoints=tuple(prompt.breakpoints),
+        output_schema=_output_schema(body.get("output_config")),
     )
+
+
+def _output_schema(config: Any) -> dict[str, Any] | None:
+    fmt = config.get("format") if isinstance(config, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    schema = fmt.get("schema")
+    return schema if isinstance(schema, dict) else {}
 
 
 # ------------------------------------------------------------------------------ rendering

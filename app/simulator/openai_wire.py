@@ -217,7 +217,16 @@ def parse(body: Any) -> SimRequest:
         last_tool_results=tuple(facts.last_tool_results),
         prompt_cache_key=cache_key if isinstance(cache_key, str) else None,
         cache_ttl_seconds=86_400.0 if retention == "24h" else 300.0,
+        output_schema=_output_schema(body.get("response_format")),
     )
+
+
+def _output_schema(fmt: Any) -> dict[str, Any] | None:
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("json_object", "json_schema"):
+        return None
+    spec = fmt.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    return schema if isinstance(schema, dict) else {}
 
 
 # ------------------------------------------------------------------------------ rendering

@@ -106,7 +106,34 @@ def _summary(result: ToolResult) -> str:
     return f"The {name} tool returned: {_clip(result.content)}"
 
 
+def sample_value(schema: Any, depth: int = 0) -> Any:
+    """A small value that satisfies a JSON schema's common keywords."""
+    if not isinstance(schema, dict) or depth > 8:
+        return {}
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return sample_value(schema[key][0], depth + 1)
+    kind = schema.get("type", "object")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        props = schema.get("properties") or {}
+        wanted = schema.get("required", list(props))
+        return {name: sample_value(props.get(name, {}), depth + 1) for name in wanted}
+    if kind == "array":
+        count = int(schema.get("minItems", 0))
+        return [sample_value(schema.get("items", {}), depth + 1) for _ in range(count)]
+    samples = {"string": "simulated", "integer": 1, "number": 1, "boolean": True, "null": None}
+    return samples.get(kind, "simulated")
+
+
 def demo_reply(request: SimRequest) -> Reply:
+    if request.output_schema is not None:
+        return Reply(text=json.dumps(sample_value(request.output_schema)))
     if request.last_role == "tool" and request.last_tool_results:
         return Reply(text=" ".join(_summary(r) for r in request.last_tool_results))
     if request.last_role == "user" and request.has_tools and not request.tools_disabled:

@@ -7,7 +7,7 @@ cache accounting read only this, so they behave the same on both wires.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from app.simulator.tokens import Segment, total_tokens
 
@@ -106,6 +106,9 @@ class SimRequest:
     prompt_cache_key: str | None = None
     cache_ttl_seconds: float = 300.0
     """TTL of OpenAI automatic prefix caching entries."""
+    output_schema: dict[str, Any] | None = None
+    """Structured output asked for (`response_format` / `output_config.format`); `{}` for
+    a plain JSON object. The demo policy then answers with a value that fits it."""
 
     @property
     def prompt_tokens(self) -> int:
