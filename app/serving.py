@@ -54,7 +54,7 @@ from app.conversation import (
 )
 from app.db.chat_store import (
     TranscriptKey,
-    find_continuation,
+    find_continuations,
     index_transcript,
     last_row_id,
     put_images,
@@ -328,7 +328,12 @@ class ChatServing:
             if (v := visible(m, param=f"messages[{at + i}].content")) is not None
         ]
         hashes = chain(seed, [v for _, v in seen])
-        match = find_continuation(self.store, hashes=hashes)
+        candidates = find_continuations(self.store, hashes=hashes)
+        # Longest shared prefix first, but a conversation the request simply extends beats
+        # a longer one it would have to rewrite: two look-alike conversations each keep
+        # their own next message.
+        match = next((c for c in candidates if c.stored_len == c.position), None)
+        match = match or (candidates[0] if candidates else None)
         if match is None:
             return None
         # Only an answer of ours in the history identifies a conversation: two chats that
