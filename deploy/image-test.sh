@@ -21,14 +21,16 @@ cannot() { say "SKIPPED: $*"; exit 3; }
 
 # -- tools ---------------------------------------------------------------------------------
 missing=()
-for tool in podman runc debootstrap; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+for tool in podman runc debootstrap podman-compose; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    cannot "needs ${missing[*]} (Debian: apt-get install podman runc debootstrap) and root"
+    cannot "needs ${missing[*]} (Debian: apt-get install ${missing[*]}) and root"
   fi
   say "installing ${missing[*]}"
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-      apt-get install -y -qq --no-install-recommends podman runc debootstrap >/dev/null; } \
+      apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } \
     || cannot "apt-get could not install ${missing[*]}"
 fi
 [ "$(id -u)" -eq 0 ] || cannot "runs rootful podman, so it needs root"

@@ -111,7 +111,7 @@ def test_nginx_streams_and_outwaits_the_keepalive() -> None:
 def test_compose_publishes_on_loopback_only_and_uses_secrets() -> None:
     compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
     service = compose["services"]["courier"]
-    assert service["ports"] == ["127.0.0.1:8642:8642"]
+    assert service["ports"] == ["127.0.0.1:${COURIER_PUBLISH_PORT:-8642}:8642"]
     assert service["volumes"] == ["courier-data:/data"] and "courier-data" in compose["volumes"]
     assert service["restart"] == "unless-stopped"
     assert "healthcheck" in service and service["read_only"] is True

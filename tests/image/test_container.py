@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -28,6 +29,7 @@ if not IMAGE:
     pytest.skip("container checks: run `make image-test`", allow_module_level=True)
 
 PODMAN = ["podman", "--runtime", "runc"]
+REPO = Path(__file__).resolve().parents[2]
 KEY = "image-test-key-" + uuid.uuid4().hex
 UID = 10001
 SANDBOX_MARKER = "sandboxed-" + uuid.uuid4().hex[:8]
@@ -313,3 +315,44 @@ def test_the_documented_options_give_the_full_sandbox(tmp_path: Path) -> None:
     finally:
         p.remove()
         podman("volume", "rm", "-f", p.volume, check=False)
+
+
+def test_compose_brings_it_up_on_loopback_with_its_secrets(tmp_path: Path) -> None:
+    """deploy/docker-compose.yml as written, under podman-compose, with this image."""
+    compose = shutil.which("podman-compose")
+    if compose is None:
+        pytest.skip("podman-compose is not installed (make image-test installs it)")
+    (tmp_path / "secrets").mkdir(mode=0o700)
+    (tmp_path / "secrets" / "courier_api_key").write_text(KEY + "\n")
+    (tmp_path / "secrets" / "upstream_api_key").write_text("not-used-here\n")
+    for secret in (tmp_path / "secrets").iterdir():
+        secret.chmod(0o644)  # as the compose file's header says: the 700 dir guards them
+    shutil.copy(REPO / "deploy" / "docker-compose.yml", tmp_path / "docker-compose.yml")
+    project = f"courier-it-compose-{uuid.uuid4().hex[:6]}"
+    port = free_port()
+    env = {**os.environ, "COURIER_IMAGE": IMAGE, "COURIER_PUBLISH_PORT": str(port)}
+    base = [compose, "--podman-run-args=--runtime runc", "-p", project]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*base, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+        )
+
+    container = f"{project}_courier_1"
+    try:
+        up = run("up", "-d")
+        assert up.returncode == 0, up.stdout + up.stderr
+        wait_healthy(f"http://127.0.0.1:{port}/health", container)
+        podman("healthcheck", "run", container)
+        assert podman("port", container).stdout.strip() == f"8642/tcp -> 127.0.0.1:{port}"
+        models = httpx.get(
+            f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": f"Bearer {KEY}"}
+        )
+        assert models.status_code == 200  # the key came from the compose secret
+        inspect = json.loads(podman("inspect", container).stdout)[0]
+        assert inspect["HostConfig"]["ReadonlyRootfs"] is True
+        assert inspect["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+    finally:
+        run("down")
+        podman("volume", "rm", "-f", f"{project}_courier-data", check=False)
+        podman("network", "rm", "-f", f"{project}_default", check=False)
