@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,10 @@ def test_the_runtime_lock_pins_what_the_full_lock_pins() -> None:
     runtime, full = pins("requirements-runtime.lock"), pins("requirements.lock")
     assert runtime and all(full.get(name) == version for name, version in runtime.items())
     assert "pytest" not in runtime and "fastapi" in runtime
+    # Every runtime dependency is in the image's lock at its pinned version: a dependency
+    # added to pyproject without `make lock` would otherwise build an image that cannot
+    # import the app (which is how this test came to exist).
+    project = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())["project"]
+    for spec in project["dependencies"]:
+        name, _, version = spec.partition("==")
+        assert runtime.get(name.lower().replace("_", "-")) == version, f"{spec}: run `make lock`"
