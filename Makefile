@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit clean lock image-test browser-test
+.PHONY: install demo test lint typecheck unit clean lock soak image-test browser-test
 
 # The terminal tool runs commands under bubblewrap: without `bwrap` the tool is not offered
 # and its sandbox tests fail, so a fresh Debian machine gets it here. A no-op once present.
@@ -70,6 +70,11 @@ browser-test: install
 
 # Two locks: everything for development, and the runtime subset the container image installs,
 # constrained to the same versions so the image runs exactly what the tests ran.
+# A bounded soak (a few hundred mixed, concurrent turns with tools and hostile bodies):
+# prints 5xx count, escapes, lost rows, descriptor and RSS growth. Not part of `make test`.
+soak: install
+	$(BIN)/python benchmarks/soak.py
+
 lock:
 	$(BIN)/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 -o requirements.lock
 	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 -c requirements.lock -o requirements-runtime.lock

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from app.protocol.errors import ApiError
-from app.routes.deps import PrincipalDep, StateDep
+from app.routes.deps import ReaderDep, StateDep
 
 router = APIRouter()
 
@@ -16,13 +16,15 @@ router = APIRouter()
 async def session_usage(
     session_id: str,
     state: StateDep,
-    principal: PrincipalDep,
+    principal: ReaderDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> dict[str, Any]:
     session = state.store.get_session(session_id=session_id)
     # Another key's session answers exactly like a missing one: no existence oracle.
-    if session is None or (session.owner != principal.owner and not principal.admin):
+    foreign = session is not None and session.owner != principal.owner and not principal.admin
+    unbound = principal.session_id is not None and principal.session_id != session_id
+    if session is None or foreign or unbound:
         raise ApiError(404, f"session '{session_id}' not found", code="session_not_found")
     rows, total = state.store.api_calls(session_id=session_id, limit=limit, offset=offset)
     prompt = session.input_tokens + session.cache_read_tokens + session.cache_write_tokens
