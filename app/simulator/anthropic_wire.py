@@ -217,6 +217,25 @@ def _tools(tools: Any, prompt: _Prompt) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _tool_parameters(tools: Any) -> dict[str, Any]:
+    if not isinstance(tools, list):
+        return {}
+    return {
+        str(t.get("name", "")): t.get("input_schema") or {} for t in tools if isinstance(t, dict)
+    }
+
+
+def _answer_schema(body: dict[str, Any]) -> tuple[bool, Any]:
+    """Native structured output: `output_format` (beta) or `output_config.format`."""
+    config = body.get("output_config")
+    form = body.get("output_format")
+    if form is None and isinstance(config, dict):
+        form = config.get("format")
+    if isinstance(form, dict) and form.get("type") == "json_schema":
+        return True, form.get("schema")
+    return False, None
+
+
 def _max_tokens(body: dict[str, Any], required: bool) -> int | None:
     value = body.get("max_tokens")
     if value is None and not required:
@@ -250,6 +269,10 @@ def parse(body: Any, *, require_max_tokens: bool = True) -> SimRequest:
     stop = body.get("stop_sequences") or []
     temperature = body.get("temperature")
     choice = body.get("tool_choice")
+    forced = (
+        choice.get("name") if isinstance(choice, dict) and choice.get("type") == "tool" else None
+    )
+    answer_json, answer_schema = _answer_schema(body)
     return SimRequest(
         wire="anthropic",
         model=model,
@@ -265,6 +288,10 @@ def parse(body: Any, *, require_max_tokens: bool = True) -> SimRequest:
         last_user_text=facts.last_user_text,
         last_tool_results=tuple(facts.last_tool_results),
         breakpoints=tuple(prompt.breakpoints),
+        tool_parameters=_tool_parameters(body.get("tools")),
+        forced_tool=forced if isinstance(forced, str) else None,
+        answer_json=answer_json,
+        answer_schema=answer_schema,
     )
 
 

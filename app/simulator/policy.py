@@ -5,6 +5,9 @@
   `read_file {"path": name}` (all in one assistant message).
 * Latest message a tool result: prose summarising the latest group of results.
 * Anything else: one sentence echoing the user's question.
+* `tool_choice` naming a tool: a call to it, arguments a minimal instance of its schema.
+* An answer that must be JSON (`response_format`, a native output format): a minimal
+  instance of the schema, or `{"answer": <the echo sentence>}` for plain JSON mode.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from app.simulator.request import SimRequest, ToolResult
 from app.simulator.script import Reply, ToolCallSpec
+from app.simulator.structured import schema_instance
 
 _LIST_WORDS = re.compile(
     r"\b(list|listing|ls|files|directory|directories|folder|workspace)\b", re.I
@@ -39,7 +43,7 @@ def _file_names(text: str) -> list[str]:
     return list(unique)
 
 
-def _arguments(value: dict[str, str]) -> str:
+def _arguments(value: dict[str, Any]) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
@@ -106,7 +110,35 @@ def _summary(result: ToolResult) -> str:
     return f"The {name} tool returned: {_clip(result.content)}"
 
 
+def _as_json(request: SimRequest, prose: str) -> str:
+    if request.answer_schema is not None:
+        value = schema_instance(request.answer_schema)
+    else:
+        value = {"answer": prose}
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _forced_call(request: SimRequest) -> Reply | None:
+    name = request.forced_tool
+    if name is None or request.tools_disabled or name not in request.tool_names:
+        return None
+    arguments = schema_instance(request.tool_parameters.get(name) or {})
+    if not isinstance(arguments, dict):
+        arguments = {}
+    return Reply(tool_calls=(ToolCallSpec(name, _arguments(arguments)),))
+
+
 def demo_reply(request: SimRequest) -> Reply:
+    reply = _prose_or_calls(request)
+    if request.answer_json and reply.text is not None:
+        return Reply(text=_as_json(request, reply.text))
+    return reply
+
+
+def _prose_or_calls(request: SimRequest) -> Reply:
+    forced = _forced_call(request)
+    if forced is not None:
+        return forced
     if request.last_role == "tool" and request.last_tool_results:
         return Reply(text=" ".join(_summary(r) for r in request.last_tool_results))
     if request.last_role == "user" and request.has_tools and not request.tools_disabled:

@@ -6,8 +6,9 @@ cache accounting read only this, so they behave the same on both wires.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from app.simulator.tokens import Segment, total_tokens
 
@@ -106,6 +107,14 @@ class SimRequest:
     prompt_cache_key: str | None = None
     cache_ttl_seconds: float = 300.0
     """TTL of OpenAI automatic prefix caching entries."""
+    tool_parameters: Mapping[str, Any] = field(default_factory=dict)
+    """Each offered tool's parameter schema, by name (the demo fills forced calls from it)."""
+    forced_tool: str | None = None
+    """`tool_choice` naming one tool: the model must call it."""
+    answer_json: bool = False
+    """The answer text must be JSON (`json_object`, `json_schema`, a native output format)."""
+    answer_schema: Any = None
+    """The JSON schema the answer text must satisfy, when one was sent."""
 
     @property
     def prompt_tokens(self) -> int:
