@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit clean lock
+.PHONY: install demo test lint typecheck unit clean lock node-deps
 
 # The terminal tool runs commands under bubblewrap: without `bwrap` the tool is not offered
 # and its sandbox tests fail, so a fresh Debian machine gets it here. A no-op once present.
@@ -41,7 +41,22 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: install
+# The official openai Node SDK for tests/test_clients_node.py, pinned by its lockfile. Without
+# node and npm those tests skip; this says so instead of failing the build.
+NODE_DIR := tests/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.courier-installed
+node-deps:
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory $(NODE_STAMP); \
+	else \
+	  echo "node/npm not found: skipping the openai Node SDK install; its tests will skip"; \
+	fi
+
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $(NODE_STAMP)
+
+unit: install node-deps
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck unit
@@ -50,4 +65,4 @@ lock:
 	$(BIN)/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 -o requirements.lock
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache $(NODE_DIR)/node_modules
