@@ -229,3 +229,77 @@ def test_open_webui_task_model_and_aliases(
     )
     assert answer.status_code == 200, answer.text
     assert answer.json()["choices"][0]["message"]["content"] == "Served by an alias."
+
+
+# ------------------------------------------------------------------------------ field table
+
+_FIELDS = re.compile(r"<!-- fields -->\n(.*?)\n<!-- /fields -->", re.S)
+FATES = {"honoured", "passed", "mapped", "ignored", "refused"}
+
+
+def field_rows() -> list[tuple[str, Any, str, str]]:
+    """(field, example value, OpenAI-wire fate, Anthropic-wire fate) from the table."""
+    table = _FIELDS.search(DOC.read_text())
+    assert table is not None, "docs/clients.md has no request-field table"
+    rows = []
+    for line in table.group(1).splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        field, example, openai_fate, anthropic_fate = cells[0].strip("`"), cells[1], *cells[2:4]
+        assert {openai_fate, anthropic_fate} <= FATES, line
+        rows.append((field, json.loads(example.strip("`")), openai_fate, anthropic_fate))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def wire_servers(
+    simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Server]]:
+    started: dict[str, Server] = {}
+    try:
+        for wire in ("openai", "anthropic"):
+            env = sim_env(simulator.base_url, wire)
+            data = tmp_path_factory.mktemp(f"fields-{wire}")
+            started[wire] = Server(data_dir=data, env=env).start()
+        yield started
+    finally:
+        for srv in started.values():
+            srv.stop()
+
+
+def _field_cases() -> list[Any]:
+    cases = []
+    for field, example, openai_fate, anthropic_fate in field_rows():
+        for wire, fate in (("openai", openai_fate), ("anthropic", anthropic_fate)):
+            cases.append(pytest.param(field, example, wire, fate, id=f"{field}-{wire}-{fate}"))
+    return cases
+
+
+@pytest.mark.parametrize(("field", "example", "wire", "fate"), _field_cases())
+def test_request_field_fate(
+    wire_servers: dict[str, Server],
+    sim: Simulator,
+    field: str,
+    example: Any,
+    wire: str,
+    fate: str,
+) -> None:
+    server = wire_servers[wire]
+    sim.script([{"reply": {"text": '{"answer": "ok"}'}}])
+    body = {"model": "courier", "messages": [{"role": "user", "content": "hi"}], field: example}
+    response = httpx.post(
+        f"{server.base_url}/v1/chat/completions", json=body, headers=server.headers(), timeout=60
+    )
+    ignored = {name.strip() for name in response.headers.get("x-courier-ignored", "").split(",")}
+    if fate == "refused":
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["param"] == field
+        assert sim.requests() == [], "a refused request must not reach the upstream"
+        return
+    assert response.status_code == 200, response.text
+    if fate == "ignored":
+        assert field in ignored, f"X-Courier-Ignored: {sorted(ignored)}"
+        return
+    assert field not in ignored, "a field the table says is used is reported ignored"
+    if fate == "passed":
+        sent = json.loads(sim.requests()[-1]["body"])
+        assert sent.get(field) == example, f"{field} not passed upstream: {sorted(sent)}"
