@@ -56,12 +56,9 @@ def test_every_client_has_a_snippet() -> None:
     assert expected <= set(found), f"missing: {expected - set(found)}"
 
 
-@pytest.fixture(scope="module")
-def server(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    env = sim_env(simulator.base_url)
-    srv = Server(data_dir=tmp_path_factory.mktemp("docs"), env=env).start()
-    yield srv
-    srv.stop()
+@pytest.fixture
+def server(compat_servers: dict[str, Server]) -> Server:
+    return compat_servers["openai"]
 
 
 def _code(name: str, server: Server) -> str:
@@ -250,20 +247,9 @@ def field_rows() -> list[tuple[str, Any, str, str]]:
     return rows
 
 
-@pytest.fixture(scope="module")
-def wire_servers(
-    simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Server]]:
-    started: dict[str, Server] = {}
-    try:
-        for wire in ("openai", "anthropic"):
-            env = sim_env(simulator.base_url, wire)
-            data = tmp_path_factory.mktemp(f"fields-{wire}")
-            started[wire] = Server(data_dir=data, env=env).start()
-        yield started
-    finally:
-        for srv in started.values():
-            srv.stop()
+@pytest.fixture
+def wire_servers(compat_servers: dict[str, Server]) -> dict[str, Server]:
+    return compat_servers
 
 
 def _field_cases() -> list[Any]:

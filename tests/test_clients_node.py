@@ -13,12 +13,11 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server
 from tests.support.sim import Simulator
 
 NODE_DIR = Path(__file__).parent / "node"
@@ -36,12 +35,9 @@ def node() -> str:
     return found
 
 
-@pytest.fixture(scope="module")
-def server(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    env = sim_env(simulator.base_url)
-    srv = Server(data_dir=tmp_path_factory.mktemp("node"), env=env).start()
-    yield srv
-    srv.stop()
+@pytest.fixture
+def server(compat_servers: dict[str, Server]) -> Server:
+    return compat_servers["openai"]
 
 
 def test_every_case_is_collected() -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +24,9 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from pydantic import BaseModel
 
 from app.db.store import Store
-from tests.support.server import Server, sim_env
+from tests.support.compat import ORIGIN, OTHER_KEY
+from tests.support.server import Server
 from tests.support.sim import Simulator
-
-OTHER_KEY = "other-principal-key-0123456789"
-ORIGIN = "https://cockpit.example"
 
 WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
@@ -46,32 +43,16 @@ WEATHER_TOOL: dict[str, Any] = {
 }
 
 
-def _env(simulator: Simulator, provider: str = "openai") -> dict[str, str]:
-    # No COURIER_WORKSPACE: one workspace per session, so "turn 2 reads turn 1's file"
-    # proves the session (not a shared directory) carried over.
-    return sim_env(
-        simulator.base_url,
-        provider,
-        COURIER_ADMIN_API_KEY=OTHER_KEY,
-        COURIER_CORS_ORIGINS=json.dumps([ORIGIN]),
-    )
+@pytest.fixture
+def server(compat_servers: dict[str, Server]) -> Server:
+    # Per-session workspaces (no COURIER_WORKSPACE): "turn 2 reads turn 1's file" proves
+    # the session, not a shared directory, carried over.
+    return compat_servers["openai"]
 
 
-@pytest.fixture(scope="module")
-def server(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(data_dir=tmp_path_factory.mktemp("py-openai"), env=_env(simulator)).start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def anthropic_server(
-    simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    env = _env(simulator, "anthropic")
-    srv = Server(data_dir=tmp_path_factory.mktemp("py-anthropic"), env=env).start()
-    yield srv
-    srv.stop()
+@pytest.fixture
+def anthropic_server(compat_servers: dict[str, Server]) -> Server:
+    return compat_servers["anthropic"]
 
 
 class Counter:

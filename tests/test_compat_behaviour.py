@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server
 from tests.support.sim import Simulator
 from tests.support.sse import check_chat_stream
 
@@ -40,20 +39,9 @@ PIXEL = (
 )
 
 
-@pytest.fixture(scope="module")
-def servers(
-    simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Server]]:
-    started: dict[str, Server] = {}
-    try:
-        for wire in ("openai", "anthropic"):
-            env = sim_env(simulator.base_url, wire)
-            data = tmp_path_factory.mktemp(f"behaviour-{wire}")
-            started[wire] = Server(data_dir=data, env=env).start()
-        yield started
-    finally:
-        for server in started.values():
-            server.stop()
+@pytest.fixture
+def servers(compat_servers: dict[str, Server]) -> dict[str, Server]:
+    return compat_servers
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ error shape naming `param` (404 accepted for the missing route), and reach no up
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ import jsonschema
 import pytest
 
 from app.simulator.structured import schema_instance
-from tests.support.server import Server, sim_env
+from tests.support.server import Server
 from tests.support.sim import REPO_ROOT, Simulator
 from tests.support.spec import errors
 from tests.support.sse import check_chat_stream
@@ -89,40 +88,11 @@ def scripted_call(body: dict[str, Any]) -> dict[str, Any] | None:
 # ------------------------------------------------------------------------------ servers
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # The demo notes file the captures' "read notes.txt" requests name.
-    path = tmp_path_factory.mktemp("compat-ws")
-    (path / "notes.txt").write_text("Courier demo notes\n- First task: point a client at it.\n")
-    (path / "todo.md").write_text("- try the captures\n")
-    return path
-
-
-def _start(simulator: Simulator, provider: str, workspace: Path, data: Path) -> Server:
-    # Captures name vendor models (gpt-4.1, gpt-4o, gpt-3.5-turbo, gpt-5-mini): served by
-    # the default profile, as a deployment that takes any model name would.
-    env = sim_env(
-        simulator.base_url,
-        provider,
-        COURIER_WORKSPACE=str(workspace),
-        COURIER_ACCEPT_ANY_MODEL="true",
-    )
-    return Server(data_dir=data, env=env).start()
-
-
-@pytest.fixture(scope="module")
-def servers(
-    simulator: Simulator, workspace: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Server]]:
-    started: dict[str, Server] = {}
-    try:
-        for wire in ("openai", "anthropic"):
-            data = tmp_path_factory.mktemp(f"compat-{wire}")
-            started[wire] = _start(simulator, wire, workspace, data)
-        yield started
-    finally:
-        for server in started.values():
-            server.stop()
+@pytest.fixture
+def servers(compat_servers: dict[str, Server]) -> dict[str, Server]:
+    # Shared with the other client suites (tests/support/compat.py): vendor model names
+    # (gpt-4.1, gpt-4o, gpt-3.5-turbo, gpt-5-mini) are served by the default profile.
+    return compat_servers
 
 
 def _server_for(servers: dict[str, Server], row: dict[str, Any]) -> Server:
