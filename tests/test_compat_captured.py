@@ -15,8 +15,9 @@ by `response_format`; a request declaring client tools is scripted to call one o
 the client-tool path (finish `tool_calls`) is what gets checked there.
 
 Refused on purpose (the README documents these): `n > 1`, `logprobs: true`, audio output
-`modalities`, `temperature` outside [0, 2] (OpenAI refuses it too), and `POST /v1/responses`
-until issue 14. Those must be a 400 in the OpenAI
+`modalities`, `temperature` outside [0, 2] (OpenAI refuses it too), a trailing assistant
+message (prefill) on the OpenAI wire, which OpenAI answers after instead of continuing, and
+`POST /v1/responses` until issue 14. Those must be a 400 in the OpenAI
 error shape naming `param` (404 accepted for the missing route), and reach no upstream.
 """
 
@@ -50,11 +51,23 @@ def _row_id(index: int, row: dict[str, Any]) -> str:
     return f"{row['client']}#{index:03d}"
 
 
+def _prefill(body: dict[str, Any]) -> bool:
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else {}
+    return last.get("role") == "assistant" and not last.get("tool_calls")
+
+
 def refused_param(row: dict[str, Any]) -> str | None:
-    """The `param` a documented refusal must name, or None when the line must succeed."""
+    """The `param` a documented refusal must name, or None when the line must succeed.
+
+    A `param` ending in `[` is a prefix: a prefill names the message, `messages[N]`.
+    """
     if row["path"] == "/v1/responses":
         return "input"
     body = row.get("body") or {}
+    if _prefill(body) and not row["client"].startswith(ANTHROPIC_CLIENTS):
+        # OpenAI answers after a trailing assistant message rather than continuing it.
+        return "messages["
     if isinstance(body.get("n"), int) and body["n"] > 1:
         return "n"
     if body.get("logprobs") is True:
@@ -152,7 +165,8 @@ def _check_refusal(response: httpx.Response, param: str, row: dict[str, Any]) ->
     body = response.json()
     _valid("ErrorResponse", body)
     if response.status_code == 400:
-        assert body["error"]["param"] == param, body
+        named = body["error"]["param"] or ""
+        assert named.startswith(param) if param.endswith("[") else named == param, body
 
 
 def _json_answer(content: str, kind: str) -> Any:
@@ -216,8 +230,9 @@ def _check_get(response: httpx.Response, row: dict[str, Any]) -> None:
         _valid("Model", response.json())
 
 
-# Fields Courier itself consumes: the turn's input and how to deliver the answer.
-CONSUMED = frozenset({"model", "messages", "stream", "stream_options"})
+# Fields Courier itself consumes: the turn's input, how to deliver the answer, and the
+# end-user id that scopes stateless continuity (issue 9 item 3).
+CONSUMED = frozenset({"model", "messages", "stream", "stream_options", "safety_identifier"})
 # A field may reach the upstream under the other name the wire uses for it.
 EQUIVALENT = {
     "max_tokens": ("max_completion_tokens", "max_tokens"),
