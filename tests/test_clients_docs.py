@@ -180,7 +180,7 @@ def relay_server(simulator: Simulator, tmp_path: Path) -> Iterator[tuple[Server,
     env = sim_env(simulator.base_url, COURIER_CONFIG=str(path))
     srv = Server(data_dir=tmp_path / "data", env=env)
     try:
-        srv.start()
+        srv.start(timeout=60)
     except RuntimeError as exc:
         pytest.fail(f"the server refused the documented courier.toml:\n{str(exc)[-1500:]}")
     yield srv, config

@@ -39,7 +39,8 @@ def compat_servers(
                 COURIER_CORS_ORIGINS=json.dumps([ORIGIN]),
             )
             started[wire] = Server(data_dir=tmp_path_factory.mktemp(f"compat-{wire}"), env=env)
-            started[wire].start()
+            # A loaded 2-core machine can take 10+ s to boot one; 20 s is too tight for two.
+            started[wire].start(timeout=60)
         yield started
     finally:
         for server in started.values():
