@@ -24,7 +24,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from pydantic import BaseModel
 
 from app.db.store import Store
-from tests.support.compat import ORIGIN, OTHER_KEY
+from tests.support.compat import ORIGIN, OTHER_KEY, unmarked
 from tests.support.server import Server
 from tests.support.sim import Simulator
 
@@ -422,18 +422,8 @@ def test_head_where_get_exists(server: Server) -> None:
 # ------------------------------------------------------------------------------ continuity
 
 
-def _unmarked(value: Any) -> Any:
-    """`value` without `cache_control` markers: breakpoints move forward each turn by
-    design, and the provider's cache key ignores them; every other byte must match."""
-    if isinstance(value, dict):
-        return {k: _unmarked(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [_unmarked(v) for v in value]
-    return value
-
-
 def _messages_prefix(earlier: list[Any], later: list[Any]) -> bool:
-    dump = lambda ms: [json.dumps(_unmarked(m), ensure_ascii=False) for m in ms]  # noqa: E731
+    dump = lambda ms: [json.dumps(unmarked(m), ensure_ascii=False) for m in ms]  # noqa: E731
     return dump(later)[: len(earlier)] == dump(earlier)
 
 
@@ -477,8 +467,8 @@ def test_stateless_continuity_keeps_session_workspace_and_cache(
     assert session2 == session, "the resent history continues the stored session"
     assert second.choices[0].message.content == "It says: kept across."
     turn2 = upstream_bodies(sim)[2]
-    assert _unmarked(turn2["system"]) == _unmarked(turn1["system"])
-    assert _unmarked(turn2["tools"]) == _unmarked(turn1["tools"])
+    assert unmarked(turn2["system"]) == unmarked(turn1["system"])
+    assert unmarked(turn2["tools"]) == unmarked(turn1["tools"])
     assert _messages_prefix(turn1["messages"], turn2["messages"]), (
         "turn 2's upstream request must start with turn 1's (server tool calls included)"
     )

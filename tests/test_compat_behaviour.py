@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.compat import unmarked
 from tests.support.server import Server
 from tests.support.sim import Simulator
 from tests.support.sse import check_chat_stream
@@ -250,7 +251,7 @@ def test_image_input_is_forwarded_and_replayed_byte_stably(
     first = post(server, {"messages": [_image_message("what is this")]})
     assert first.status_code == 200, first.text
     encoded = PIXEL.split(",", 1)[1]
-    turn1 = json.dumps(upstream(sim, 0)["messages"])
+    turn1 = json.dumps(unmarked(upstream(sim, 0)["messages"]))
     assert encoded in turn1, "the image reached the upstream"
     history = [
         _image_message("what is this"),
@@ -261,7 +262,7 @@ def test_image_input_is_forwarded_and_replayed_byte_stably(
     assert second.status_code == 200, second.text
     assert second.headers["x-session-id"] == first.headers["x-session-id"]
     turn2 = upstream(sim, 1)["messages"]
-    assert json.dumps(turn2[: len(upstream(sim, 0)["messages"])]) == turn1
+    assert json.dumps(unmarked(turn2[: len(upstream(sim, 0)["messages"])])) == turn1
     assert json.dumps(turn2).count(encoded) == 1, "the image is sent once, not per turn"
 
 
