@@ -8,14 +8,16 @@ process (a tool, a generated script) flip a security switch with one `os.environ
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -119,6 +121,15 @@ class Profile(BaseModel):
     """Let tools reach the network (the terminal sandbox shares the host network)."""
     fetch_allow_hosts: tuple[str, ...] = ()
     """Hosts or CIDRs web_fetch may reach although private or loopback."""
+    aliases: tuple[str, ...] = ()
+    """More model ids that name this profile (`gpt-4.1`, `gpt-4o-mini`: what apps default to)."""
+    relay: bool = False
+    """A plain relay: no server tools, nothing stored but the usage ledger (side requests
+    such as an app's title and tag generation)."""
+    implicit_sessions: bool = True
+    """Continue the stored conversation a request without a session id resends."""
+    prefill: bool | None = None
+    """Continue a trailing assistant message; None = what the wire supports (Anthropic)."""
 
 
 def _toml_path() -> Path | None:
@@ -147,6 +158,13 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     keepalive_s: float = Field(default=5.0, gt=0)
     log_level: str = "info"
+    implicit_sessions: bool = True
+    """Off: a request without a session id always starts a new session (every profile)."""
+    cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
+    """Browser origins allowed to call the API (`https://console.example`); empty = no CORS.
+    From the environment: a JSON list or a comma-separated string."""
+    model_aliases: Annotated[tuple[str, ...], NoDecode] = ()
+    """Aliases of the default profile, e.g. `gpt-4o-mini,gpt-4.1`."""
     spend_cap_key_usd: Decimal | None = Field(default=None, ge=0)
     """Total spend allowed per API key, across all its sessions."""
     spend_cap_key_daily_usd: Decimal | None = Field(default=None, ge=0)
@@ -195,6 +213,24 @@ class Settings(BaseSettings):
         if path is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
         return tuple(sources)
+
+    @field_validator("cors_origins", "model_aliases", mode="before")
+    @classmethod
+    def _list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for origin in value:
+            if origin != "*" and not origin.startswith(("http://", "https://")):
+                raise ValueError(f"cors_origins: '{origin}' is not an origin like https://host")
+        return tuple(origin.rstrip("/") for origin in value)
 
     @field_validator("api_key")
     @classmethod
@@ -245,6 +281,7 @@ class Settings(BaseSettings):
             terminal_backend=self.terminal_backend,
             network=self.tool_network,
             cache_strategy=self.cache_strategy,
+            aliases=self.model_aliases,
         )
 
     def all_profiles(self) -> tuple[Profile, ...]:

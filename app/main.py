@@ -25,6 +25,8 @@ from app.providers.base import Provider
 from app.providers.factory import build_provider
 from app.routes import chat, health, models, sessions
 from app.routes import metrics as metrics_routes
+from app.routes.cors import CorsMiddleware
+from app.routes.head import HeadAsGet
 from app.security.auth import Authenticator
 from app.serving import ChatServing
 from app.state import AppState
@@ -142,4 +144,6 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(chat.router)
     app.include_router(sessions.router)
     app.include_router(metrics_routes.router)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(CorsMiddleware, origins=settings.cors_origins)
     return app

@@ -68,9 +68,23 @@ def test_health_needs_no_auth(server: Server) -> None:
         ({**GOOD, "top_p": "high"}, "top_p"),
         ({**GOOD, "max_tokens": 0}, "max_tokens"),
         ({**GOOD, "n": 2}, "n"),
-        ({**GOOD, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        (
+            {**GOOD, "tools": [{"type": "function", "function": {"name": "f g"}}]},
+            "tools[0].function.name",
+        ),
+        ({**GOOD, "logprobs": True}, "logprobs"),
+        ({**GOOD, "modalities": ["text", "audio"]}, "modalities"),
+        ({**GOOD, "functions": [{"name": "f"}]}, "functions"),
+        (
+            {**GOOD, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice",
+        ),
+        (
+            {**GOOD, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+            "response_format.json_schema",
+        ),
         ({**GOOD, "stream": "yes please"}, "stream"),
-        ({"model": "courier", "messages": [{"role": "assistant", "content": "x"}]}, "messages"),
+        ({"model": "courier", "messages": [{"role": "assistant", "content": "x"}]}, "messages[0]"),
         (
             {
                 "model": "courier",

@@ -145,13 +145,22 @@ def test_tool_progress_events_only_when_opted_in(tools_server: Server, sim: Simu
         ) as resp:
             return list(resp.iter_lines())
 
+    def chunks(lines: list[str]) -> list[dict[str, Any]]:
+        data = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+        return [json.loads(d) for d in data if d != "[DONE]"]
+
     sim.script(turn)
     plain = stream()
     assert not [line for line in plain if line.startswith("event:")]
+    assert not [c for c in chunks(plain) if "courier" in c]
     sim.script(turn)
     lines = stream(**{"X-Courier-Events": "tools"})
-    events = [i for i, line in enumerate(lines) if line == "event: courier.tool"]
-    payloads = [json.loads(lines[i + 1].removeprefix("data: ")) for i in events]
+    # Progress rides in ordinary chunks (an empty delta), never as named events: the
+    # official SDKs parse every data line as a chunk and crash on anything else.
+    assert not [line for line in lines if line.startswith("event:")]
+    progress = [c for c in chunks(lines) if "courier" in c]
+    assert all(c["choices"] == [{"index": 0, "delta": {}, "finish_reason": None}] for c in progress)
+    payloads = [c["courier"] for c in progress]
     assert [p["type"] for p in payloads] == ["tool.started", "tool.finished"]
     assert payloads[1]["name"] == "list_files" and payloads[1]["ok"] is True
     assert "arguments" not in payloads[0]

@@ -91,6 +91,10 @@ _CJK = re.compile(
 )
 
 
+IMAGE_TOKENS = 1_600
+"""An image's rough cost: both providers bill a ~1,000x1,000 image at about this many."""
+
+
 @functools.lru_cache(maxsize=256)
 def rough_tokens(text: str) -> int:
     """ceil(chars/4) for ordinary text, one token per CJK code point.
@@ -138,7 +142,8 @@ class Estimator:
         if size is None:
             if len(self._memo) >= MEMO_ROWS:
                 self._memo.clear()  # a long-lived server must not grow this without bound
-            size = self._memo[row.id] = rough_tokens(row_text(row)) + 4
+            size = rough_tokens(row_text(row)) + 4 + IMAGE_TOKENS * len(row.images)
+            self._memo[row.id] = size
         return size
 
     def request(

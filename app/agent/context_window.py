@@ -4,14 +4,16 @@ observation after it. Kept out of the loop so the loop reads like the idea."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from app.agent.compressor import Summariser, observe_response, threshold_tokens
 from app.agent.prompt import recover_stable_boundary, stable_tier
 from app.config import Profile
+from app.db.chat_store import StoredImage, session_images
 from app.db.models import SessionRow
-from app.db.store import StoredMessage
+from app.db.store import Store, StoredMessage
 from app.providers.usage import Usage
 
 if TYPE_CHECKING:
@@ -34,6 +36,13 @@ class Preflight:
     session: SessionRow
     rows: list[StoredMessage]
     """The live log the request is projected from, read once per upstream call."""
+    images: Mapping[str, StoredImage] = field(default_factory=dict)
+    """The session's stored images, read only when a live row refers to one."""
+
+
+def _checked(store: Store, rough: int, session: SessionRow, rows: list[StoredMessage]) -> Preflight:
+    images = session_images(store, session_id=session.id) if any(r.images for r in rows) else {}
+    return Preflight(rough, session, rows, images)
 
 
 async def preflight(
@@ -45,7 +54,7 @@ async def preflight(
     assert session is not None
     rows = store.active_messages(session_id=ctx.session_id)
     if comp is None:
-        return Preflight(0, session, rows)
+        return _checked(store, 0, session, rows)
     cold = turn_start and prefix_is_cold(profile, session, time.time())
     if (profile.prune_mid_burst or cold) and comp.prune(
         store, session, profile, lease=ctx.lease, rows=rows
@@ -72,7 +81,7 @@ async def preflight(
             assert session is not None
             rows = store.active_messages(session_id=ctx.session_id)
             rough = comp.estimate(session, rows)
-    return Preflight(rough, session, rows)
+    return _checked(store, rough, session, rows)
 
 
 def observe(ctx: TurnContext, *, rough_at_call: int, usage: Usage | None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from app.providers.base import ToolCall
 from app.providers.pricing import Cost
 from app.providers.usage import Usage
 
@@ -17,6 +18,7 @@ ExitReason = Literal[
     "lease_lost",
     "spend_limit",
     "internal_error",
+    "invalid_output",
 ]
 
 
@@ -49,6 +51,14 @@ class ToolFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientToolCalls:
+    """Calls to tools the client declared: the turn ends and the client runs them."""
+
+    calls: tuple[ToolCall, ...]
+    kind: Literal["client_tool_calls"] = "client_tool_calls"
+
+
+@dataclass(frozen=True, slots=True)
 class TurnError:
     """Why a turn failed, in terms a client may see: never internals or upstream keys."""
 
@@ -56,18 +66,23 @@ class TurnError:
     type: str
     code: str
     status: int
+    retryable: bool = False
+    """Whether the same request could succeed if sent again (a rate limit, an overload)."""
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TurnFinished:
     exit_reason: ExitReason
-    finish_reason: Literal["stop", "length", "content_filter"]
+    finish_reason: Literal["stop", "length", "content_filter", "tool_calls"]
     usage: Usage
     cost: Cost
     upstream_calls: int
     iterations: int = 0
     error: TurnError | None = None
+    tools_ran: int = 0
+    """Server-side tool calls this turn executed: side effects a blind retry would repeat."""
     kind: Literal["finished"] = "finished"
 
 
-TurnEvent = TurnText | TurnReasoning | ToolStarted | ToolFinished | TurnFinished
+TurnEvent = TurnText | TurnReasoning | ToolStarted | ToolFinished | ClientToolCalls | TurnFinished

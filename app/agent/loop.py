@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,8 +15,9 @@ from app.agent.accumulate import Reply, accumulate
 from app.agent.budget import SpendGuard
 from app.agent.cache_planner import StablePrefixRegistry, apply_strategy, effective_ttl
 from app.agent.compressor import OVERFLOW_RETRIES, Compressor, Summariser, SummarySkipped
-from app.agent.context_window import observe, preflight
+from app.agent.context_window import Preflight, observe, preflight
 from app.agent.events import (
+    ClientToolCalls,
     ExitReason,
     TurnError,
     TurnEvent,
@@ -24,22 +25,29 @@ from app.agent.events import (
     TurnReasoning,
     TurnText,
 )
+from app.agent.ledger import CallSite, Timing
+from app.agent.ledger import record_call as record_call_at
 from app.agent.projection import project
 from app.agent.repair import close_unanswered_calls
-from app.agent.tool_step import BatchRunner, repair_calls
+from app.agent.structured import REPAIR_NOTE, output_problem
+from app.agent.tool_step import BatchRunner, limit_parallel, repair_calls, split_calls
 from app.config import Profile
-from app.db.store import ApiCallRecord, LeaseLost, NewMessage, Store, StoredMessage
+from app.db.store import LeaseLost, NewMessage, Store
 from app.metrics import Metrics
 from app.providers.base import (
+    AssistantMessage,
+    Message,
     ModelRequest,
+    OutputFormat,
     Provider,
     ProviderError,
     SamplingParams,
     ToolCall,
+    ToolChoice,
     ToolSpec,
     UserMessage,
 )
-from app.providers.pricing import Cost, PriceOverride, price_usage
+from app.providers.pricing import Cost, PriceOverride
 from app.providers.retry import stream_with_retry
 from app.providers.usage import Usage
 from app.tools.registry import ToolContext, ToolRegistry
@@ -78,6 +86,12 @@ class TurnContext:
     compressor: Compressor | None = None
     rebuild_prompt: Callable[[], str] = lambda: ""
     """Rebuild the session's system prompt from its stored inputs (used by compaction)."""
+    client_tools: frozenset[str] = frozenset()
+    """Names of the tools the client declared: a call to one ends the turn, the client runs it."""
+    tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool | None = None
+    output_format: OutputFormat | None = None
+    """The client's `response_format`: the final answer is checked against it."""
 
     @property
     def tool_context(self) -> ToolContext:
@@ -104,6 +118,7 @@ class TurnState:
     in_flight: Reply = field(default_factory=Reply)
     runner: BatchRunner | None = None
     overflow_retries: int = 0
+    tools_ran: int = 0
 
     def tools(self, ctx: TurnContext) -> BatchRunner:
         """The turn's tool runner; one per turn so the spill budget spans its batches."""
@@ -125,7 +140,7 @@ class TurnState:
         finish: str | None = "stop",
         error: TurnError | None = None,
     ) -> TurnFinished:
-        finish_reason = finish if finish in ("length", "content_filter") else "stop"
+        finish_reason = finish if finish in ("length", "content_filter", "tool_calls") else "stop"
         return TurnFinished(
             exit_reason=reason,
             finish_reason=finish_reason,  # type: ignore[arg-type]
@@ -134,6 +149,7 @@ class TurnState:
             upstream_calls=self.calls,
             iterations=self.iterations,
             error=error,
+            tools_ran=self.tools_ran,
         )
 
 
@@ -157,16 +173,33 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
                 await preflight(ctx, summariser(ctx, state), turn_start=False, force=True)
                 continue
             calls = () if final else reply.tool_calls(f"call_{ctx.turn_id}_{state.iterations}")
-            calls = repair_calls(calls, ctx.tools, truncated=reply.finish == "length")
+            calls = repair_calls(
+                calls, ctx.tools, truncated=reply.finish == "length", client=ctx.client_tools
+            )
+            calls = limit_parallel(calls, ctx.client_tools, allowed=ctx.parallel_tool_calls)
+            if not calls and ctx.output_format is not None:
+                conformed = await conform(ctx, state, reply, ctx.output_format)
+                if conformed is None:
+                    return state.finished("invalid_output", error=_error("invalid_output", 502))
+                reply = conformed
+                ctx.emit(TurnText(reply.text))
             persist_reply(ctx, reply, calls)  # persist before act
             if final:
                 return state.finished("budget_exhausted", reply.finish)
             if not calls:
                 return state.finished("completed", reply.finish)
-            await state.tools(ctx).run(calls)
+            server_calls, client_calls = split_calls(calls, ctx.client_tools)
+            if server_calls:
+                state.tools_ran += len(server_calls)
+                await state.tools(ctx).run(server_calls)
+            if client_calls:
+                # The client runs these; its next request carries the results and
+                # continues this conversation where it stands now.
+                ctx.emit(ClientToolCalls(client_calls))
+                return state.finished("completed", "tool_calls")
     except ProviderError as exc:
         log.warning("turn %s: upstream %s: %s", ctx.turn_id, exc.kind, exc.message)
-        return state.finished("upstream_error", error=upstream_turn_error(exc))
+        return state.finished("upstream_error", error=upstream_turn_error(exc, state))
     except LeaseLost:
         return state.finished("lease_lost", error=_error("session_busy", 409, "conflict"))
     except SQLAlchemyError:
@@ -180,10 +213,36 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
         return state.finished("internal_error", error=_error("internal_error", 500))
 
 
-async def call_model(ctx: TurnContext, state: TurnState, *, final: bool) -> Reply:
+async def conform(
+    ctx: TurnContext, state: TurnState, reply: Reply, output: OutputFormat
+) -> Reply | None:
+    """The final answer checked against the client's format, repaired once; None if not.
+
+    The repair exchange rides after the cached prefix and is never persisted: only the
+    answer that satisfies the format becomes part of the conversation.
+    """
+    problem = output_problem(output, reply.text)
+    if problem is None:
+        return reply
+    log.info("turn %s: answer off the requested format (%s); one repair", ctx.turn_id, problem)
+    tail: tuple[Message, ...] = (
+        AssistantMessage(content=reply.text or None),
+        UserMessage(REPAIR_NOTE.format(problem=problem), instruction=True),
+    )
+    repaired = await call_model(ctx, state, final=True, tail=tail)
+    if output_problem(output, repaired.text) is not None:
+        return None
+    return repaired
+
+
+async def call_model(
+    ctx: TurnContext, state: TurnState, *, final: bool, tail: tuple[Message, ...] = ()
+) -> Reply:
     """One upstream call: build the request, stream it, record usage and cost."""
     checked = await preflight(ctx, summariser(ctx, state), turn_start=state.calls == 0)
-    request = build_request(ctx, checked.rows, final=final)
+    request = build_request(
+        ctx, checked, final=final, tail=tail, tool_choice=tool_choice_for(ctx, state, final)
+    )
     cache_break = checked.session.pending_cache_break
     started = time.monotonic()
     first_byte: float | None = None
@@ -198,7 +257,9 @@ async def call_model(ctx: TurnContext, state: TurnState, *, final: bool) -> Repl
         ):
             first_byte = first_byte or time.monotonic()
             state.in_flight = accumulate(state.in_flight, event)
-            if event.kind == "text" and event.text:
+            # Structured answers are checked before the client sees them; prose between
+            # tool calls would corrupt the JSON the client parses, so none is streamed.
+            if event.kind == "text" and event.text and ctx.output_format is None:
                 if separate:  # text of a later iteration reads as a new paragraph
                     ctx.emit(TurnText("\n\n"))
                     separate = False
@@ -236,11 +297,35 @@ def summariser(ctx: TurnContext, state: TurnState) -> Summariser:
     return summarise
 
 
-def build_request(ctx: TurnContext, rows: Sequence[StoredMessage], *, final: bool) -> ModelRequest:
-    messages = project(rows)
-    if final:
+def tool_choice_for(ctx: TurnContext, state: TurnState, final: bool) -> ToolChoice:
+    """The client's `tool_choice` for this upstream call of the turn.
+
+    A forced server tool is forced once: after it ran, the model must be free to answer.
+    `required` and a named client tool hold until the model calls one, which ends the turn.
+    """
+    choice = ctx.tool_choice
+    if final or choice == "none":
+        return "none"
+    if choice == "auto" or choice in ctx.client_tools:
+        return choice
+    if choice == "required" and ctx.client_tools:
+        return choice
+    return choice if state.iterations <= 1 else "auto"
+
+
+def build_request(
+    ctx: TurnContext,
+    checked: Preflight,
+    *,
+    final: bool,
+    tail: tuple[Message, ...] = (),
+    tool_choice: ToolChoice = "auto",
+) -> ModelRequest:
+    messages = project(checked.rows, checked.images)
+    if final and not tail:
         # Appended after the cached prefix, so the last call costs no cache break.
         messages = (*messages, UserMessage(FINAL_ANSWER_NOTE))
+    messages = (*messages, *tail)
     plan = apply_strategy(
         ctx.profile.cache_strategy,
         system_prompt=ctx.system_prompt,
@@ -256,7 +341,9 @@ def build_request(ctx: TurnContext, rows: Sequence[StoredMessage], *, final: boo
         sampling=ctx.sampling,
         cache_ttl=effective_ttl(ctx.profile.cache_ttl, ctx.profile.cache_ttl_supported),
         prompt_cache_key=ctx.session_id,
-        tool_choice="none" if final else "auto",
+        tool_choice=tool_choice,
+        parallel_tool_calls=ctx.parallel_tool_calls if ctx.client_tools else None,
+        output_format=ctx.output_format,
     )
 
 
@@ -270,46 +357,28 @@ def record_call(
     cache_break: str | None,
     model: str | None = None,
 ) -> None:
-    model = model or ctx.profile.model
-    cost = price_usage(
-        usage, model=model, provider=ctx.profile.provider, override=ctx.price_override
-    )
-    latency_s = time.monotonic() - started
-    ttft_s = first_byte - started if first_byte else None
-    ctx.metrics.observe_call(
+    site = CallSite(
+        store=ctx.store,
+        metrics=ctx.metrics,
+        spend=ctx.spend,
+        session_id=ctx.session_id,
+        owner=ctx.owner,
+        turn_id=ctx.turn_id,
         profile=ctx.profile.name,
-        upstream_model=model,
+        provider=ctx.profile.provider,
+        price_override=ctx.price_override,
+    )
+    cost = record_call_at(
+        site,
+        model=model or ctx.profile.model,
         usage=usage,
-        cost=cost,
-        latency_s=latency_s,
-        ttft_s=ttft_s,
+        timing=Timing(started, first_byte),
         outcome=outcome,
+        cache_break=cache_break,
     )
     state.calls += 1
     state.usage = state.usage + usage
     state.cost = state.cost + cost
-    ctx.spend.add(cost)
-    ctx.store.record_api_call(
-        session_id=ctx.session_id,
-        owner=ctx.owner,
-        turn_id=ctx.turn_id,
-        call=ApiCallRecord(
-            profile=ctx.profile.name,
-            upstream_model=model,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cache_read_tokens=usage.cache_read_tokens,
-            cache_write_tokens=usage.cache_write_tokens,
-            reasoning_tokens=usage.reasoning_tokens,
-            cost_usd=cost.amount,
-            cost_status=cost.status,
-            cost_source=cost.source,
-            latency_ms=latency_s * 1000,
-            ttft_ms=ttft_s * 1000 if ttft_s is not None else None,
-            outcome=outcome,
-            cache_break=cache_break,
-        ),
-    )
 
 
 def persist_reply(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, ...]) -> None:
@@ -351,17 +420,34 @@ def _error(code: str, status: int, type_: str = "server_error") -> TurnError:
         "session_busy": "another turn took over this session",
         "persistence_failed": "the turn could not be saved; nothing further was run",
         "internal_error": "internal error",
+        "invalid_output": "the model's answer did not match the requested response_format, "
+        "also after one repair attempt",
     }
     return TurnError(message=messages.get(code, code), type=type_, code=code, status=status)
 
 
-def upstream_turn_error(exc: ProviderError) -> TurnError:
-    status = {"rate_limited": 429, "context_overflow": 400, "content_policy": 400}.get(
-        exc.kind, 502
-    )
+# What an upstream failure means to the client: an upstream key or request the provider
+# refuses is not a server fault a retry could fix, so it must not be a 5xx every SDK retries.
+_UPSTREAM_STATUS = {
+    "rate_limited": 429,
+    "overloaded": 503,
+    "context_overflow": 400,
+    "content_policy": 400,
+    "bad_request": 400,
+    "not_found": 400,
+    "auth": 403,
+}
+
+
+def upstream_turn_error(exc: ProviderError, state: TurnState | None = None) -> TurnError:
+    status = _UPSTREAM_STATUS.get(exc.kind, 502)
+    # After a server-side tool ran, a blind retry would run it again.
+    side_effects = state is not None and state.tools_ran > 0
     return TurnError(
         message=f"upstream model call failed ({exc.kind})",
         type="upstream_error",
         code=f"upstream_{exc.kind}",
         status=status,
+        retryable=exc.retryable and not side_effects,
+        retry_after=exc.retry_after,
     )

@@ -8,11 +8,13 @@ the next non-tool message, because providers reject anything else with a 400.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from app.db.chat_store import StoredImage
 from app.db.store import StoredMessage
 from app.providers.base import (
     AssistantMessage,
+    Image,
     Message,
     ToolCall,
     ToolResultMessage,
@@ -45,7 +47,14 @@ def _close(open_calls: dict[str, ToolCall], out: list[Message]) -> None:
     open_calls.clear()
 
 
-def project(rows: Sequence[StoredMessage]) -> tuple[Message, ...]:
+def _images(row: StoredMessage, images: Mapping[str, StoredImage]) -> tuple[Image, ...]:
+    found = (images.get(key) for key in row.images)
+    return tuple(Image(i.media_type, i.data, i.url) for i in found if i is not None)
+
+
+def project(
+    rows: Sequence[StoredMessage], images: Mapping[str, StoredImage] | None = None
+) -> tuple[Message, ...]:
     out: list[Message] = []
     open_calls: dict[str, ToolCall] = {}
     for row in rows:
@@ -57,7 +66,10 @@ def project(rows: Sequence[StoredMessage]) -> tuple[Message, ...]:
             continue
         _close(open_calls, out)
         if row.role == "user":
-            out.append(UserMessage(content=_text(row)))
+            pictures = _images(row, images) if row.images and images else ()
+            out.append(UserMessage(content=_text(row), images=pictures))
+        elif row.role == "system":
+            out.append(UserMessage(content=_text(row), instruction=True))
         elif row.role == "assistant":
             calls = _calls(row)
             out.append(AssistantMessage(content=_text(row) or None, tool_calls=calls))

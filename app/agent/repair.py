@@ -7,14 +7,25 @@ from app.db.store import NewMessage, Store
 
 
 def close_unanswered_calls(
-    store: Store, *, session_id: str, lease: str, turn_id: str | None, result: str
+    store: Store,
+    *,
+    session_id: str,
+    lease: str,
+    turn_id: str | None,
+    result: str,
+    keep: set[str | None] | None = None,
 ) -> int:
     """Append a synthetic error result for each open call; returns how many were closed.
 
     Runs before new user messages are appended, so the result lands directly after its
     call: appended later, it would sit behind the user turn and break the transcript.
     """
-    pending = unanswered_calls(store.active_messages(session_id=session_id))
+    # `keep`: calls the request being appended answers itself (a client tool's result).
+    pending = [
+        (cid, name)
+        for cid, name in unanswered_calls(store.active_messages(session_id=session_id))
+        if not keep or cid not in keep
+    ]
     if pending:
         store.append_messages(
             session_id=session_id,

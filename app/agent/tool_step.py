@@ -18,15 +18,20 @@ from app.tools.spill import SpillInput, budgets, spill
 
 
 def repair_calls(
-    calls: Sequence[ToolCall], registry: ToolRegistry, *, truncated: bool
+    calls: Sequence[ToolCall],
+    registry: ToolRegistry,
+    *,
+    truncated: bool,
+    client: frozenset[str] = frozenset(),
 ) -> tuple[ToolCall, ...]:
     """Repair near-miss names and safely fixable JSON before the calls are persisted, so
     the stored transcript replays valid on every wire. Unfixable calls stay as they are
     and the scheduler answers them with an error result the model reads."""
-    known = registry.names()
+    known = sorted({*registry.names(), *client})
     repaired: list[ToolCall] = []
     for call in calls:
-        name = resolve_tool_name(call.name, known).name or call.name
+        name = call.name if call.name in client else None
+        name = name or resolve_tool_name(call.name, known).name or call.name
         args = repair_json_arguments(call.arguments, truncated=truncated)
         arguments = call.arguments
         if isinstance(args, dict):
@@ -36,6 +41,25 @@ def repair_calls(
             arguments = call.arguments if _parses(call.arguments) else canonical
         repaired.append(ToolCall(id=call.id, name=name, arguments=arguments))
     return tuple(repaired)
+
+
+def split_calls(
+    calls: Sequence[ToolCall], client: frozenset[str]
+) -> tuple[tuple[ToolCall, ...], tuple[ToolCall, ...]]:
+    """(server calls, client calls): a client-declared name shadows a server tool."""
+    server = tuple(c for c in calls if c.name not in client)
+    return server, tuple(c for c in calls if c.name in client)
+
+
+def limit_parallel(
+    calls: tuple[ToolCall, ...], client: frozenset[str], *, allowed: bool | None
+) -> tuple[ToolCall, ...]:
+    """With `parallel_tool_calls: false` the client gets at most one call to run; extra
+    client calls are dropped before they are persisted, so none is left unanswered."""
+    if allowed is not False:
+        return calls
+    first_client = next((c for c in calls if c.name in client), None)
+    return tuple(c for c in calls if c.name not in client or c is first_client)
 
 
 def _parses(raw: str) -> bool:

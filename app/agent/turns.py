@@ -11,7 +11,7 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from app.agent.events import TurnEvent, TurnFinished
 from app.agent.loop import TurnContext, run_turn
@@ -37,6 +37,13 @@ REATTACH_GRACE_S = 3.0
 voice cockpit's retry to reattach instead of running the turn's side effects twice."""
 IDEMPOTENCY_TTL_S = 600.0
 MAX_REMEMBERED = 10_000
+TWIN_WINDOW_S = 5.0
+"""A byte-identical request this soon after its twin finished is a retry, not a new ask."""
+RETRY_WINDOW_S = 120.0
+"""How long a request the SDK marks as a retry (`x-stainless-retry-count` >= 1) may still
+reattach to the finished turn it repeats."""
+
+OnFinish = Callable[["TurnHandle", TurnFinished], None]
 
 
 class TurnHandle:
@@ -53,11 +60,21 @@ class TurnHandle:
         self.created = 0
         """The completion's identity, reused by every reattached response."""
         self.finished_at: float | None = None
+        self.outcome: TurnFinished | None = None
+        self.delivered = False
+        """A client received the whole answer: an identical request later is a new ask."""
+
+    @property
+    def cancelled(self) -> bool:
+        return self.outcome is not None and self.outcome.exit_reason == "cancelled"
 
     def publish(self, event: TurnEvent) -> None:
         self._history.append(event)
         for queue in self._queues:
             queue.put_nowait(event)
+
+    def history(self) -> tuple[TurnEvent, ...]:
+        return tuple(self._history)
 
     def subscribe(self) -> asyncio.Queue[TurnEvent]:
         """A queue of every event of the turn from its start, ending with `TurnFinished`."""
@@ -88,7 +105,10 @@ class TurnHandle:
 
     def abandon(self) -> None:
         """The client went away. Without an idempotency key nobody can come back, so stop
-        now; with one, wait briefly for a retry to reattach before cancelling."""
+        now; with one, wait briefly for a retry to reattach before cancelling. A turn a
+        reattached retry still watches keeps running."""
+        if self._queues:
+            return
         if self.idempotency is None:
             self.cancel()
             return
@@ -108,7 +128,28 @@ class TurnManager:
         self.store = store
         self.metrics = metrics
         self._by_key: OrderedDict[tuple[str, str], TurnHandle] = OrderedDict()
+        self._by_digest: OrderedDict[tuple[str, str], TurnHandle] = OrderedDict()
         self.running: dict[str, TurnHandle] = {}
+
+    def find_twin(self, owner: str, digest: str, *, marked_retry: bool) -> TurnHandle | None:
+        """The turn an identical request of this principal started, if this one repeats it:
+        still running, or finished moments ago (longer when the SDK says it is retrying).
+        A cancelled turn is never a twin: replaying it would answer an empty success."""
+        handle = self._by_digest.get((owner, digest))
+        if handle is None or handle.cancelled:
+            return None
+        if handle.finished_at is None:
+            return handle
+        if handle.delivered and not marked_retry:
+            return None  # answered in full: the same words again are a new question
+        window = RETRY_WINDOW_S if marked_retry else TWIN_WINDOW_S
+        return handle if time.monotonic() - handle.finished_at < window else None
+
+    def remember_twin(self, handle: TurnHandle, owner: str, digest: str) -> None:
+        self._by_digest[(owner, digest)] = handle
+        self._by_digest.move_to_end((owner, digest))
+        while len(self._by_digest) > MAX_REMEMBERED:
+            self._by_digest.popitem(last=False)
 
     def find(self, owner: str, key: str) -> TurnHandle | None:
         """A running or recently finished turn started with this idempotency key."""
@@ -133,7 +174,12 @@ class TurnManager:
             raise SessionBusy(session_id)
         return lease
 
-    def start(self, make_context: Callable[[TurnHandle], TurnContext]) -> TurnHandle:
+    def start(
+        self,
+        make_context: Callable[[TurnHandle], TurnContext],
+        *,
+        on_finish: OnFinish | None = None,
+    ) -> TurnHandle:
         """Start a turn whose context (already holding the lease) `make_context` builds."""
         turn_id = "turn_" + secrets.token_hex(8)
         handle = TurnHandle(turn_id, "")
@@ -142,11 +188,47 @@ class TurnManager:
         ctx.turn_id = turn_id
         ctx.emit = handle.publish
         self.store.start_turn(session_id=ctx.session_id, lease=ctx.lease, turn_id=turn_id)
-        handle.task = asyncio.create_task(self._run(ctx, handle), name=turn_id)
+        handle.task = asyncio.create_task(self._run(ctx, handle, on_finish), name=turn_id)
         self.running[turn_id] = handle
         return handle
 
-    async def _run(self, ctx: TurnContext, handle: TurnHandle) -> TurnFinished:
+    def start_task(
+        self,
+        session_id: str,
+        run: Callable[[TurnHandle], Awaitable[TurnFinished]],
+        *,
+        profile: str,
+    ) -> TurnHandle:
+        """A turn with no log of its own (a relay): events, cancellation and metrics only."""
+        turn_id = "turn_" + secrets.token_hex(8)
+        handle = TurnHandle(turn_id, session_id)
+
+        async def body() -> TurnFinished:
+            self.metrics.in_flight.inc()
+            finished: TurnFinished | None = None
+            try:
+                finished = await run(handle)
+                return finished
+            finally:
+                self.metrics.in_flight.dec()
+                self.running.pop(turn_id, None)
+                reason = finished.exit_reason if finished else "cancelled"
+                self.metrics.turns.labels(profile, reason).inc()
+                self._close(handle, finished)
+
+        handle.task = asyncio.create_task(body(), name=turn_id)
+        self.running[turn_id] = handle
+        return handle
+
+    def _close(self, handle: TurnHandle, finished: TurnFinished | None) -> None:
+        handle.finished_at = time.monotonic()
+        handle.outcome = finished
+        if finished is not None:
+            handle.publish(finished)
+
+    async def _run(
+        self, ctx: TurnContext, handle: TurnHandle, on_finish: OnFinish | None
+    ) -> TurnFinished:
         finished: TurnFinished | None = None
         self.metrics.in_flight.inc()
         try:
@@ -167,9 +249,12 @@ class TurnManager:
                 self.store.release_lease(session_id=ctx.session_id, lease=ctx.lease)
             except Exception:
                 log.exception("turn %s: could not close the turn record", handle.turn_id)
-            handle.finished_at = time.monotonic()
-            if finished is not None:
-                handle.publish(finished)
+            if on_finish is not None and finished is not None:
+                try:
+                    on_finish(handle, finished)
+                except Exception:
+                    log.exception("turn %s: after-turn bookkeeping failed", handle.turn_id)
+            self._close(handle, finished)
 
     async def shutdown(self) -> None:
         handles = list(self.running.values())

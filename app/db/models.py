@@ -24,6 +24,13 @@ class SessionRow(SQLModel, table=True):
     """The session's tool schemas, serialised once with a stable key order."""
     pending_cache_break: str | None = None
     """Why the next upstream request deliberately breaks the cached prefix, if it does."""
+    client_tools: str = "[]"
+    """The client-declared tool schemas of the last request, serialised like the snapshot;
+    a changed set is a named cache break."""
+    transcript_head: str | None = None
+    """Rolling hash of the client-visible transcript so far (see app/agent/continuity.py)."""
+    transcript_len: int = 0
+    """How many client-visible messages the transcript index holds for this session."""
     client_instructions: str = "[]"
     """JSON list of the client's system/developer texts, kept so a compaction can rebuild
     the prompt from the same inputs."""
@@ -64,7 +71,7 @@ class MessageRow(SQLModel, table=True):
     session_id: str = Field(foreign_key="session.id", index=True)
     turn_id: str | None = Field(default=None, index=True)
     role: str
-    """user | assistant | tool."""
+    """user | assistant | tool | system (a client instruction from mid-conversation)."""
     content: str | None = None
     api_content: str | None = None
     """The exact text sent upstream when it differs from `content`; replay uses it verbatim."""
@@ -77,6 +84,8 @@ class MessageRow(SQLModel, table=True):
     """`summary` for a compaction summary, `pruned` for a pruned copy; None otherwise."""
     reasoning: str | None = None
     """Display only: raw reasoning never re-enters the transcript."""
+    images: str | None = None
+    """JSON list of sha256 keys into `session_image`: an image is stored once per session."""
     active: bool = True
     compacted: bool = False
     created_at: float = Field(default_factory=_now)

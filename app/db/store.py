@@ -43,6 +43,8 @@ class NewMessage:
     reasoning: str | None = None
     api_content: str | None = None
     kind: str | None = None
+    images: tuple[str, ...] = ()
+    """sha256 keys of images stored once per session (`put_images`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,7 @@ class StoredMessage:
     is_error: bool
     turn_id: str | None
     kind: str | None = None
+    images: tuple[str, ...] = ()
 
     def as_new(self, **changes: object) -> NewMessage:
         """A copy of this row for re-insertion (compaction re-inserts the tail)."""
@@ -69,6 +72,7 @@ class StoredMessage:
             "tool_name": self.tool_name,
             "is_error": self.is_error,
             "kind": self.kind,
+            "images": self.images,
         }
         fields.update(changes)
         return NewMessage(**fields)  # type: ignore[arg-type]
@@ -105,6 +109,7 @@ def _message_row(m: NewMessage, *, session_id: str, turn_id: str | None) -> Mess
         is_error=m.is_error,
         reasoning=m.reasoning,
         kind=m.kind,
+        images=json.dumps(list(m.images)) if m.images else None,
     )
 
 
@@ -122,6 +127,7 @@ def _stored(row: MessageRow) -> StoredMessage:
         is_error=row.is_error,
         turn_id=row.turn_id,
         kind=row.kind,
+        images=tuple(json.loads(row.images)) if row.images else (),
     )
 
 
@@ -165,6 +171,7 @@ class Store:
         profile: str,
         system_prompt: str,
         tool_snapshot: str = "[]",
+        client_tools: str = "[]",
         client_instructions: Sequence[str] = (),
         lease: str | None = None,
         lease_ttl_s: float = 0.0,
@@ -178,6 +185,7 @@ class Store:
             profile=profile,
             system_prompt=system_prompt,
             tool_snapshot=tool_snapshot,
+            client_tools=client_tools,
             client_instructions=json.dumps(list(client_instructions)),
             lease=lease,
             lease_expires_at=time.time() + lease_ttl_s if lease else None,
@@ -309,6 +317,26 @@ class Store:
             assert session is not None
             for key, value in session_updates.items():
                 setattr(session, key, value)
+            db.add(session)
+
+    def set_client_context(
+        self,
+        *,
+        session_id: str,
+        lease: str,
+        values: dict[str, Any],
+        cache_break: str | None,
+    ) -> None:
+        """Record a changed client tool set or instructions, and name the cache break the
+        next request deliberately makes because of it."""
+        with self._tx() as db:
+            self._fenced(db, session_id=session_id, lease=lease)
+            session = db.get(SessionRow, session_id)
+            assert session is not None
+            for key, value in values.items():
+                setattr(session, key, value)
+            if cache_break is not None:
+                session.pending_cache_break = cache_break
             db.add(session)
 
     def update_session(self, *, session_id: str, **values: Any) -> None:

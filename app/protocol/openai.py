@@ -19,9 +19,21 @@ class _Lenient(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class ImageUrl(_Lenient):
+    url: str = Field(min_length=1)
+    detail: str | None = None
+
+
 class ContentPart(_Lenient):
     type: str
     text: str | None = None
+    image_url: ImageUrl | str | None = None
+
+    def image(self) -> str | None:
+        """The image's URL (https or data:) for an `image_url` part, else None."""
+        if self.type != "image_url" or self.image_url is None:
+            return None
+        return self.image_url if isinstance(self.image_url, str) else self.image_url.url
 
 
 class FunctionCallIn(_Lenient):
@@ -43,19 +55,63 @@ class ChatMessageIn(_Lenient):
     tool_call_id: str | None = None
 
     def text(self) -> str:
-        """The message's text; non-text parts (images, audio) are not supported yet."""
+        """The message's text parts joined; images are read by `images()`."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text or "" for part in self.content if part.type == "text")
 
-    def has_non_text_parts(self) -> bool:
-        return isinstance(self.content, list) and any(p.type != "text" for p in self.content)
+    def images(self) -> list[str]:
+        if not isinstance(self.content, list):
+            return []
+        return [url for part in self.content if (url := part.image()) is not None]
+
+    def unsupported_part(self) -> str | None:
+        """The type of the first content part we cannot forward, if any."""
+        if not isinstance(self.content, list):
+            return None
+        for part in self.content:
+            if part.type not in ("text", "image_url"):
+                return part.type
+        return None
 
 
 class StreamOptions(_Lenient):
     include_usage: bool = False
+
+
+class FunctionDef(_Lenient):
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(_Lenient):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Lenient):
+    name: str = Field(min_length=1)
+
+
+class NamedToolChoice(_Lenient):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class JsonSchemaFormat(_Lenient):
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Lenient):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
 
 
 class ChatCompletionRequest(_Lenient):
@@ -69,9 +125,23 @@ class ChatCompletionRequest(_Lenient):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     n: int | None = Field(default=None, ge=1)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    seed: int | None = None
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    service_tier: str | None = None
+    metadata: dict[str, str] | None = None
+    modalities: list[str] | None = None
+    audio: dict[str, Any] | None = None
     user: str | None = None
+    safety_identifier: str | None = None
     session_id: str | None = Field(default=None, min_length=1, max_length=128)
     """Courier extension: continue a stored session (same as the `X-Session-Id` header)."""
     max_cost_usd: float | None = Field(default=None, ge=0)
@@ -92,7 +162,7 @@ class ChatCompletionRequest(_Lenient):
     def output_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
-    def ignored_fields(self) -> list[str]:
+    def unknown_fields(self) -> list[str]:
         return sorted((self.model_extra or {}).keys())
 
 
@@ -134,10 +204,22 @@ class UsageOut(BaseModel):
     courier: CourierUsage
 
 
+class FunctionCallOut(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+
 class ResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: None = None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class Choice(BaseModel):

@@ -20,10 +20,13 @@ from app.protocol.openai import (
     Delta,
     ErrorBody,
     ErrorResponse,
+    FunctionCallOut,
     PromptTokensDetails,
     ResponseMessage,
+    ToolCallOut,
     UsageOut,
 )
+from app.providers.base import ToolCall
 
 
 def usage_out(finished: TurnFinished) -> UsageOut:
@@ -53,7 +56,7 @@ def usage_out(finished: TurnFinished) -> UsageOut:
     )
 
 
-def tool_event_payload(event: ToolStarted | ToolFinished) -> str:
+def tool_event_payload(event: ToolStarted | ToolFinished) -> dict[str, Any]:
     """Name, call id, duration and outcome; never the arguments, which may hold secrets."""
     body: dict[str, Any] = {"call_id": event.call_id, "name": event.name}
     if isinstance(event, ToolStarted):
@@ -64,12 +67,21 @@ def tool_event_payload(event: ToolStarted | ToolFinished) -> str:
             "ok": not event.is_error,
             "duration_ms": round(event.duration_ms, 1),
         }
-    return json.dumps(body, separators=(",", ":"))
+    return body
 
 
 def error_payload(error: TurnError) -> dict[str, Any]:
     body = ErrorBody(message=error.message, type=error.type, param=None, code=error.code)
     return ErrorResponse(error=body).model_dump(mode="json")
+
+
+def retry_headers(error: TurnError) -> dict[str, str]:
+    """What the official SDKs read before retrying: `x-should-retry: false` for a failure a
+    retry cannot fix or that followed a side effect, `Retry-After` for one that can pass."""
+    if not error.retryable:
+        return {"x-should-retry": "false"}
+    after = max(1, int(error.retry_after or 1))
+    return {"x-should-retry": "true", "Retry-After": str(min(after, 600))}
 
 
 class CompletionRenderer:
@@ -88,22 +100,38 @@ class CompletionRenderer:
         else:
             handle.completion_id, handle.created = self.id, self.created
 
-    def completion(self, text: str, finished: TurnFinished) -> dict[str, Any]:
+    def completion(
+        self, text: str, finished: TurnFinished, calls: tuple[ToolCall, ...] = ()
+    ) -> dict[str, Any]:
+        tool_calls = [
+            ToolCallOut(id=c.id, function=FunctionCallOut(name=c.name, arguments=c.arguments))
+            for c in calls
+        ]
         body = ChatCompletion(
             id=self.id,
             created=self.created,
             model=self.model,
             choices=[
                 Choice(
-                    message=ResponseMessage(content=text or None),
+                    message=ResponseMessage(content=text or None, tool_calls=tool_calls or None),
                     finish_reason=finished.finish_reason,
                 )
             ],
             usage=usage_out(finished),
         )
-        return body.model_dump(mode="json")
+        data = body.model_dump(mode="json")
+        if not tool_calls:
+            del data["choices"][0]["message"]["tool_calls"]  # absent, not null, in the spec
+        return data
 
-    def _chunk(self, choices: list[ChunkChoice], usage: UsageOut | None = None) -> str:
+    def _chunk(
+        self,
+        choices: list[ChunkChoice],
+        usage: UsageOut | None = None,
+        *,
+        tool_calls: list[dict[str, Any]] | None = None,
+        courier: dict[str, Any] | None = None,
+    ) -> str:
         chunk = ChatCompletionChunk(
             id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
         )
@@ -118,8 +146,12 @@ class CompletionRenderer:
             }
             for c in choices
         ]
+        if tool_calls is not None:
+            data["choices"][0]["delta"]["tool_calls"] = tool_calls
         if not self.include_usage:
             del data["usage"]
+        if courier is not None:
+            data["courier"] = courier
         return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
     def role_chunk(self) -> str:
@@ -127,6 +159,30 @@ class CompletionRenderer:
 
     def text_chunk(self, text: str) -> str:
         return self._chunk([ChunkChoice(delta=Delta(content=text))])
+
+    def tool_call_chunks(self, calls: tuple[ToolCall, ...]) -> list[str]:
+        """Client tool calls as the SDK accumulators expect: per call, in index order, one
+        chunk with id, type and name (never repeated: they would be concatenated), then
+        one with the arguments."""
+        out: list[str] = []
+        for index, call in enumerate(calls):
+            head = {
+                "index": index,
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }
+            out.append(self._chunk([ChunkChoice(delta=Delta())], tool_calls=[head]))
+            if call.arguments:
+                args = {"index": index, "function": {"arguments": call.arguments}}
+                out.append(self._chunk([ChunkChoice(delta=Delta())], tool_calls=[args]))
+        return out
+
+    def progress_chunk(self, payload: dict[str, Any]) -> str:
+        """Opt-in progress as an ordinary chunk with an empty delta and a `courier` field:
+        SDKs parse every data line as a chunk, so a named event would crash them, while an
+        extra field is ignored (strict validation included)."""
+        return self._chunk([ChunkChoice(delta=Delta())], courier=payload)
 
     def finish_chunk(self, finished: TurnFinished) -> str:
         return self._chunk([ChunkChoice(delta=Delta(), finish_reason=finished.finish_reason)])

@@ -18,6 +18,7 @@ from app.providers.base import (
     AssistantMessage,
     Finish,
     FinishReason,
+    Image,
     Message,
     ModelRequest,
     ProviderError,
@@ -54,6 +55,50 @@ def _tool_input(arguments: str) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
+INSTRUCTION_PREFIX = "[Instruction from the application, not the user]\n"
+GREETING_CUE = "[The conversation starts now: follow your instructions.]"
+"""The Messages API needs a first user turn; a greeting request (instructions only) has none."""
+
+_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh"}
+
+
+def _image_block(image: Image) -> dict[str, Any]:
+    if image.url:
+        return {"type": "image", "source": {"type": "url", "url": image.url}}
+    source = {"type": "base64", "media_type": image.media_type, "data": image.data}
+    return {"type": "image", "source": source}
+
+
+def _tool_choice(request: ModelRequest) -> dict[str, Any] | None:
+    choice = request.tool_choice
+    out: dict[str, Any]
+    if choice == "auto":
+        if request.parallel_tool_calls is not False:
+            return None
+        out = {"type": "auto"}
+    elif choice == "none":
+        return {"type": "none"}
+    elif choice == "required":
+        out = {"type": "any"}
+    else:
+        out = {"type": "tool", "name": choice}
+    if request.parallel_tool_calls is False:
+        out["disable_parallel_tool_use"] = True
+    return out
+
+
+def _output_config(request: ModelRequest) -> dict[str, Any] | None:
+    config: dict[str, Any] = {}
+    output = request.output_format
+    if output is not None:
+        schema = output.schema if output.kind == "json_schema" else None
+        config["format"] = {"type": "json_schema", "schema": schema or {"type": "object"}}
+    effort = _EFFORT.get(request.sampling.reasoning_effort or "")
+    if effort is not None:
+        config["effort"] = effort
+    return config or None
+
+
 def _blocks(message: Message, ttl: str) -> tuple[str, list[dict[str, Any]]]:
     """(role, content blocks) of one message; never an empty text block (the API 400s)."""
     match message:
@@ -62,6 +107,13 @@ def _blocks(message: Message, ttl: str) -> tuple[str, list[dict[str, Any]]]:
             head: dict[str, Any] = {"type": "text", "text": text[:cut]}
             head["cache_control"] = cache_control(ttl)
             return "user", [head, {"type": "text", "text": text[cut:]}]
+        case UserMessage(content=text, instruction=True):
+            # No system role inside a Messages transcript: the instruction rides as user
+            # text, labelled so the model reads it as the application's, not the user's.
+            return "user", [{"type": "text", "text": INSTRUCTION_PREFIX + text}]
+        case UserMessage(content=text, images=images) if images:
+            pictures = [_image_block(image) for image in images]
+            return "user", pictures + ([{"type": "text", "text": text}] if text else [])
         case UserMessage(content=text):
             return "user", [{"type": "text", "text": text}] if text else []
         case ToolResultMessage(tool_call_id=call_id, content=text, is_error=is_error):
@@ -96,6 +148,8 @@ def build_messages_body(request: ModelRequest, *, default_max_tokens: int = 8192
             _mark(system, ttl)
 
     turns: list[dict[str, Any]] = []
+    if not request.messages or request.messages[0].kind != "user":
+        turns.append({"role": "user", "content": [{"type": "text", "text": GREETING_CUE}]})
     for message in request.messages:
         role, blocks = _blocks(message, ttl)
         if blocks:
@@ -125,9 +179,13 @@ def build_messages_body(request: ModelRequest, *, default_max_tokens: int = 8192
             {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
             for tool in request.tools
         ]
-        if request.tool_choice == "none":
-            # Keep the schemas: a transcript holding tool_use blocks needs them defined.
-            body["tool_choice"] = {"type": "none"}
+        # `none` keeps the schemas: a transcript holding tool_use blocks needs them defined.
+        if (choice := _tool_choice(request)) is not None:
+            body["tool_choice"] = choice
+    if (config := _output_config(request)) is not None:
+        body["output_config"] = config
+    if sampling.user:
+        body["metadata"] = {"user_id": sampling.user}
     if sampling.stop:
         body["stop_sequences"] = list(sampling.stop)
     if sampling.temperature is not None:
@@ -251,6 +309,10 @@ _TYPED_PARAMS = ("model", "max_tokens", "messages", "system", "tools", "stop_seq
 
 class AnthropicProvider:
     """Streams `POST {base_url}/v1/messages`; `base_url` excludes `/v1`, as in the SDK."""
+
+    # Seed, penalties and logit bias have no Messages equivalent; service tiers differ.
+    passthrough = frozenset({"reasoning_effort", "user"})
+    prefill = True
 
     def __init__(
         self,

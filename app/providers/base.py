@@ -31,12 +31,26 @@ class SystemBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class Image:
+    """An image the user attached: a data URL's bytes (base64) or an https URL."""
+
+    media_type: str = ""
+    data: str = ""
+    """Base64 payload of a `data:` URL; empty when `url` is set."""
+    url: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class UserMessage:
     content: str
     kind: Literal["user"] = "user"
     cache: bool = False
     prefix_cache_at: int | None = None
     """Split the text here into a cached prefix block and an uncached tail block."""
+    instruction: bool = False
+    """A system/developer message from the middle or end of the client's conversation: an
+    instruction for this point of the turn. Each wire renders it as its API allows."""
+    images: tuple[Image, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +88,41 @@ class SamplingParams:
     top_p: float | None = None
     stop: tuple[str, ...] = ()
     max_tokens: int | None = None
+    seed: int | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: tuple[tuple[str, float], ...] = ()
+    reasoning_effort: str | None = None
+    service_tier: str | None = None
+    user: str | None = None
+    metadata: tuple[tuple[str, str], ...] = ()
+
+
+SAMPLING_FIELDS = (
+    "seed",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "reasoning_effort",
+    "service_tier",
+    "user",
+    "metadata",
+)
+"""Request fields an adapter forwards when its wire has them (see `Provider.passthrough`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFormat:
+    """Structured output the final answer must follow (`response_format`)."""
+
+    kind: Literal["json_object", "json_schema"]
+    schema: dict[str, Any] | None = None
+    name: str = "response"
+    strict: bool = False
+
+
+ToolChoice = Literal["auto", "none", "required"] | str
+"""`auto`, `none`, `required`, or the name of the one function the model must call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +135,11 @@ class ModelRequest:
     cache_ttl: Literal["5m", "1h"] = "5m"
     prompt_cache_key: str | None = None
     """OpenAI-wire routing hint so requests of one session land on a warm cache."""
-    tool_choice: Literal["auto", "none"] = "auto"
-    """`none` keeps the schemas (a transcript with tool calls needs them) but forbids calls."""
+    tool_choice: ToolChoice = "auto"
+    """`none` keeps the schemas (a transcript with tool calls needs them) but forbids calls;
+    any other string than auto/none/required names the function the model must call."""
+    parallel_tool_calls: bool | None = None
+    output_format: OutputFormat | None = None
 
 
 def cache_control(ttl: str) -> dict[str, str]:
@@ -191,6 +243,11 @@ class Provider(Protocol):
     The stream ends with exactly one `Finish`, preceded by at most one `UsageEvent`.
     Failures raise `ProviderError`, never a wire-specific exception.
     """
+
+    passthrough: frozenset[str]
+    """Which of `SAMPLING_FIELDS` this wire forwards; the rest are reported as ignored."""
+    prefill: bool
+    """Whether a trailing assistant message is continued (assistant prefill)."""
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]: ...
 

@@ -19,14 +19,18 @@ from typing import Any
 import httpx
 
 from app.providers.base import (
+    SAMPLING_FIELDS,
     AssistantMessage,
     Finish,
     FinishReason,
+    Image,
     Message,
     ModelRequest,
+    OutputFormat,
     ProviderError,
     ProviderEvent,
     ReasoningDelta,
+    SamplingParams,
     TextDelta,
     ToolCallDelta,
     ToolResultMessage,
@@ -78,6 +82,15 @@ def _message(message: Message, *, cache_markers: bool, ttl: str) -> dict[str, An
             parts = _text_parts(text[:cut], cache=True, ttl=ttl)
             parts += _text_parts(text[cut:], cache=cache, ttl=ttl)
             return {"role": "user", "content": parts}
+        case UserMessage(content=text, instruction=True):
+            # Chat completions accepts a system message anywhere in the conversation.
+            return {"role": "system", "content": text}
+        case UserMessage(content=text, cache=cache, images=images) if images:
+            items: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+            items += [{"type": "image_url", "image_url": {"url": _image_url(i)}} for i in images]
+            if cache_markers and cache:
+                items[-1]["cache_control"] = cache_control(ttl)
+            return {"role": "user", "content": items}
         case UserMessage(content=text, cache=cache):
             content = _content(text, cache=cache, cache_markers=cache_markers, ttl=ttl)
             return {"role": "user", "content": content}
@@ -111,6 +124,49 @@ def _message(message: Message, *, cache_markers: bool, ttl: str) -> dict[str, An
             return out
 
 
+def _image_url(image: Image) -> str:
+    return image.url or f"data:{image.media_type};base64,{image.data}"
+
+
+def _tool_choice(choice: str) -> str | dict[str, Any]:
+    if choice in ("auto", "none", "required"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
+
+
+def _response_format(output: OutputFormat) -> dict[str, Any]:
+    if output.kind == "json_object":
+        return {"type": "json_object"}
+    schema: dict[str, Any] = {"name": output.name, "schema": output.schema or {}}
+    if output.strict:
+        schema["strict"] = True
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def _sampling(body: dict[str, Any], sampling: SamplingParams) -> None:
+    if sampling.temperature is not None:
+        body["temperature"] = sampling.temperature
+    if sampling.top_p is not None:
+        body["top_p"] = sampling.top_p
+    if sampling.stop:
+        body["stop"] = list(sampling.stop)
+    if sampling.max_tokens is not None:
+        # `max_tokens`, not `max_completion_tokens`: every compatible server reads the old
+        # name, only OpenAI itself reads the new one (and still accepts the old for chat).
+        body["max_tokens"] = sampling.max_tokens
+    for name in ("seed", "frequency_penalty", "presence_penalty", "reasoning_effort"):
+        if (value := getattr(sampling, name)) is not None:
+            body[name] = value
+    if sampling.logit_bias:
+        body["logit_bias"] = dict(sampling.logit_bias)
+    if sampling.service_tier is not None:
+        body["service_tier"] = sampling.service_tier
+    if sampling.user is not None:
+        body["user"] = sampling.user
+    if sampling.metadata:
+        body["metadata"] = dict(sampling.metadata)
+
+
 def build_chat_body(request: ModelRequest, *, cache_markers: bool = False) -> dict[str, Any]:
     """The exact JSON body for `POST /chat/completions`; a pure function of the request."""
     messages: list[dict[str, Any]] = []
@@ -134,19 +190,13 @@ def build_chat_body(request: ModelRequest, *, cache_markers: bool = False) -> di
             }
             for tool in request.tools
         ]
-        if request.tool_choice == "none":
-            body["tool_choice"] = "none"
-    sampling = request.sampling
-    if sampling.temperature is not None:
-        body["temperature"] = sampling.temperature
-    if sampling.top_p is not None:
-        body["top_p"] = sampling.top_p
-    if sampling.stop:
-        body["stop"] = list(sampling.stop)
-    if sampling.max_tokens is not None:
-        # `max_tokens`, not `max_completion_tokens`: every compatible server reads the old
-        # name, only OpenAI itself reads the new one (and still accepts the old for chat).
-        body["max_tokens"] = sampling.max_tokens
+        if request.tool_choice != "auto":
+            body["tool_choice"] = _tool_choice(request.tool_choice)
+        if request.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = request.parallel_tool_calls
+    if request.output_format is not None:
+        body["response_format"] = _response_format(request.output_format)
+    _sampling(body, request.sampling)
     if request.prompt_cache_key:
         body["prompt_cache_key"] = request.prompt_cache_key
     body["stream"] = True
@@ -386,6 +436,11 @@ async def _single(data: bytes) -> AsyncGenerator[bytes, None]:
 
 class OpenAIChatProvider:
     """Streams `POST {base_url}/chat/completions`; `base_url` includes `/v1`, as in the SDK."""
+
+    passthrough = frozenset(SAMPLING_FIELDS)
+    # OpenAI itself answers after a trailing assistant message instead of continuing it,
+    # so prefill is opt-in per profile for servers that do continue (vLLM, llama.cpp).
+    prefill = False
 
     def __init__(
         self,

@@ -12,12 +12,19 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
+from app.agent.events import ClientToolCalls, ToolFinished, ToolStarted, TurnFinished, TurnText
 from app.agent.turns import TurnHandle
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.openai import ChatCompletionRequest
-from app.protocol.render import CompletionRenderer, error_payload, tool_event_payload
+from app.protocol.render import (
+    CompletionRenderer,
+    error_payload,
+    retry_headers,
+    tool_event_payload,
+)
+from app.providers.base import ToolCall
 from app.routes.deps import PrincipalDep, StateDep, read_limited_body
+from app.serving import Retry
 
 router = APIRouter()
 
@@ -40,24 +47,39 @@ def parse_request(body: bytes) -> ChatCompletionRequest:
         raise validation_error(exc) from None
 
 
-def idempotency(request: Request, body: bytes) -> tuple[str, str] | None:
+def retry_of(request: Request, body: bytes) -> Retry:
+    """The request's retry signals: an explicit Idempotency-Key, the SDK's retry counter,
+    and the body digest that makes a byte-identical repeat recognisable without either."""
     key = request.headers.get("idempotency-key")
-    if key is None:
-        return None
-    if not 1 <= len(key) <= 255:
+    if key is not None and not 1 <= len(key) <= 255:
         raise ApiError(400, "Idempotency-Key must be 1-255 characters", param="Idempotency-Key")
-    return key, hashlib.sha256(body).hexdigest()
+    count = request.headers.get("x-stainless-retry-count", "0")
+    marked = count.isdigit() and int(count) >= 1
+    return Retry(digest=hashlib.sha256(body).hexdigest(), key=key, marked=marked)
+
+
+def session_header(request: Request) -> str | None:
+    raw = request.headers.get("x-session-id")
+    if raw is not None and not raw.strip():
+        raise ApiError(
+            400, "X-Session-Id is empty", param="X-Session-Id", code="invalid_session_id"
+        )
+    return raw
 
 
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request, state: StateDep, principal: PrincipalDep) -> Response:
     body = await read_limited_body(request, state.settings.max_body_bytes)
     chat = parse_request(body)
-    session_header = request.headers.get("x-session-id") or chat.session_id
     started = state.chat.start(
-        chat, principal, session_header, idempotency=idempotency(request, body)
+        chat,
+        principal,
+        session_header(request) or chat.session_id,
+        retry=retry_of(request, body),
     )
     headers = {"X-Session-Id": started.session_id}
+    if started.ignored:
+        headers["X-Courier-Ignored"] = ", ".join(started.ignored)
     renderer = CompletionRenderer(
         chat.model, include_usage=bool(chat.stream_options and chat.stream_options.include_usage)
     )
@@ -70,24 +92,49 @@ async def chat_completions(request: Request, state: StateDep, principal: Princip
             ping=0,
             sep="\n",
         )
-    return await json_completion(started.handle, renderer, headers)
+    return await json_completion(request, started.handle, renderer, headers)
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client hangs up (the body is already read, so the next ASGI
+    message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _collect(handle: TurnHandle) -> tuple[str, tuple[ToolCall, ...], TurnFinished]:
+    text: list[str] = []
+    calls: tuple[ToolCall, ...] = ()
+    async for event in handle.events():
+        if isinstance(event, TurnText):
+            text.append(event.text)
+        elif isinstance(event, ClientToolCalls):
+            calls = event.calls
+        elif isinstance(event, TurnFinished):
+            return "".join(text), calls, event
+    raise AssertionError("a turn's events end with TurnFinished")
 
 
 async def json_completion(
-    handle: TurnHandle, renderer: CompletionRenderer, headers: dict[str, str]
+    request: Request, handle: TurnHandle, renderer: CompletionRenderer, headers: dict[str, str]
 ) -> Response:
-    text: list[str] = []
-    finished: TurnFinished | None = None
+    collect = asyncio.ensure_future(_collect(handle))
+    hangup = asyncio.ensure_future(_disconnected(request))
     try:
-        async for event in handle.events():
-            if isinstance(event, TurnText):
-                text.append(event.text)
-            elif isinstance(event, TurnFinished):
-                finished = event
+        await asyncio.wait({collect, hangup}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
         handle.abandon()
         raise
-    assert finished is not None
+    finally:
+        hangup.cancel()
+    if not collect.done():
+        # The client hung up (an SDK timeout): stop the turn as a stream would, so its
+        # retry does not find the first attempt still running tools beside it.
+        collect.cancel()
+        await asyncio.gather(collect, return_exceptions=True)
+        handle.abandon()
+        return Response(status_code=499)
+    text, calls, finished = collect.result()
     headers = {
         **headers,
         "X-Courier-Upstream-Calls": str(finished.upstream_calls),
@@ -97,8 +144,11 @@ async def json_completion(
     }
     if finished.error is not None:
         err = finished.error
-        return JSONResponse(error_payload(err), status_code=err.status, headers=headers)
-    return JSONResponse(renderer.completion("".join(text), finished), headers=headers)
+        return JSONResponse(
+            error_payload(err), status_code=err.status, headers={**headers, **retry_headers(err)}
+        )
+    handle.delivered = True
+    return JSONResponse(renderer.completion(text, finished, calls), headers=headers)
 
 
 async def sse_frames(
@@ -109,7 +159,7 @@ async def sse_frames(
     tool_events: bool = False,
 ) -> AsyncIterator[ServerSentEvent]:
     """Standard chunks, a comment line whenever `keepalive_s` pass without a byte, and
-    named `courier.tool` frames only for a client that asked (plain SDKs would choke)."""
+    progress chunks only for a client that asked."""
     yield ServerSentEvent(data=renderer.role_chunk())
     queue = handle.subscribe()
     finished = False
@@ -122,8 +172,11 @@ async def sse_frames(
                 continue
             if isinstance(event, TurnText):
                 yield ServerSentEvent(data=renderer.text_chunk(event.text))
+            elif isinstance(event, ClientToolCalls):
+                for chunk in renderer.tool_call_chunks(event.calls):
+                    yield ServerSentEvent(data=chunk)
             elif tool_events and isinstance(event, ToolStarted | ToolFinished):
-                yield ServerSentEvent(event="courier.tool", data=tool_event_payload(event))
+                yield ServerSentEvent(data=renderer.progress_chunk(tool_event_payload(event)))
             elif isinstance(event, TurnFinished):
                 finished = True
                 if event.error is not None:
@@ -134,6 +187,7 @@ async def sse_frames(
                     if renderer.include_usage:
                         yield ServerSentEvent(data=renderer.usage_chunk(event))
                 yield ServerSentEvent(data="[DONE]")
+                handle.delivered = event.error is None
                 return
     finally:
         handle.unsubscribe(queue)

@@ -61,6 +61,7 @@ async def session_usage(
                 "latency_ms": round(r.latency_ms, 3),
                 "ttft_ms": round(r.ttft_ms, 3) if r.ttft_ms is not None else None,
                 "outcome": r.outcome,
+                "cache_break": r.cache_break,
             }
             for r in rows
         ],

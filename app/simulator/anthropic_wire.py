@@ -225,17 +225,6 @@ def _tool_parameters(tools: Any) -> dict[str, Any]:
     }
 
 
-def _answer_schema(body: dict[str, Any]) -> tuple[bool, Any]:
-    """Native structured output: `output_format` (beta) or `output_config.format`."""
-    config = body.get("output_config")
-    form = body.get("output_format")
-    if form is None and isinstance(config, dict):
-        form = config.get("format")
-    if isinstance(form, dict) and form.get("type") == "json_schema":
-        return True, form.get("schema")
-    return False, None
-
-
 def _max_tokens(body: dict[str, Any], required: bool) -> int | None:
     value = body.get("max_tokens")
     if value is None and not required:
@@ -272,7 +261,6 @@ def parse(body: Any, *, require_max_tokens: bool = True) -> SimRequest:
     forced = (
         choice.get("name") if isinstance(choice, dict) and choice.get("type") == "tool" else None
     )
-    answer_json, answer_schema = _answer_schema(body)
     return SimRequest(
         wire="anthropic",
         model=model,
@@ -290,9 +278,19 @@ def parse(body: Any, *, require_max_tokens: bool = True) -> SimRequest:
         breakpoints=tuple(prompt.breakpoints),
         tool_parameters=_tool_parameters(body.get("tools")),
         forced_tool=forced if isinstance(forced, str) else None,
-        answer_json=answer_json,
-        answer_schema=answer_schema,
+        # `output_config.format` (GA) or the beta `output_format`.
+        output_schema=_output_schema(
+            body.get("output_config") or {"format": body.get("output_format")}
+        ),
     )
+
+
+def _output_schema(config: Any) -> dict[str, Any] | None:
+    fmt = config.get("format") if isinstance(config, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    schema = fmt.get("schema")
+    return schema if isinstance(schema, dict) else {}
 
 
 # ------------------------------------------------------------------------------ rendering

@@ -177,19 +177,6 @@ def _forced_tool(body: dict[str, Any]) -> str | None:
     return None
 
 
-def _answer_format(body: dict[str, Any]) -> tuple[bool, Any]:
-    """(answer must be JSON, its schema or None) from `response_format`."""
-    form = body.get("response_format")
-    if not isinstance(form, dict):
-        return False, None
-    if form.get("type") == "json_object":
-        return True, None
-    if form.get("type") == "json_schema":
-        spec = form.get("json_schema")
-        return True, spec.get("schema") if isinstance(spec, dict) else None
-    return False, None
-
-
 def _number(body: dict[str, Any], *keys: str) -> Any:
     for key in keys:
         value = body.get(key)
@@ -230,7 +217,6 @@ def parse(body: Any) -> SimRequest:
     options = body.get("stream_options") or {}
     retention = body.get("prompt_cache_retention")
     cache_key = body.get("prompt_cache_key")
-    answer_json, answer_schema = _answer_format(body)
     return SimRequest(
         wire="openai",
         model=model,
@@ -250,9 +236,16 @@ def parse(body: Any) -> SimRequest:
         cache_ttl_seconds=86_400.0 if retention == "24h" else 300.0,
         tool_parameters=_tool_parameters(body),
         forced_tool=_forced_tool(body),
-        answer_json=answer_json,
-        answer_schema=answer_schema,
+        output_schema=_output_schema(body.get("response_format")),
     )
+
+
+def _output_schema(fmt: Any) -> dict[str, Any] | None:
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("json_object", "json_schema"):
+        return None
+    spec = fmt.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    return schema if isinstance(schema, dict) else {}
 
 
 # ------------------------------------------------------------------------------ rendering

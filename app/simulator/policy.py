@@ -110,11 +110,9 @@ def _summary(result: ToolResult) -> str:
     return f"The {name} tool returned: {_clip(result.content)}"
 
 
-def _as_json(request: SimRequest, prose: str) -> str:
-    if request.answer_schema is not None:
-        value = schema_instance(request.answer_schema)
-    else:
-        value = {"answer": prose}
+def _as_json(schema: dict[str, Any], prose: str) -> str:
+    # `{}` is plain JSON mode (`json_object`): any object will do.
+    value = schema_instance(schema) if schema else {"answer": prose}
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -130,8 +128,8 @@ def _forced_call(request: SimRequest) -> Reply | None:
 
 def demo_reply(request: SimRequest) -> Reply:
     reply = _prose_or_calls(request)
-    if request.answer_json and reply.text is not None:
-        return Reply(text=_as_json(request, reply.text))
+    if request.output_schema is not None and reply.text is not None:
+        return Reply(text=_as_json(request.output_schema, reply.text))
     return reply
 
 

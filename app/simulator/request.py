@@ -111,10 +111,9 @@ class SimRequest:
     """Each offered tool's parameter schema, by name (the demo fills forced calls from it)."""
     forced_tool: str | None = None
     """`tool_choice` naming one tool: the model must call it."""
-    answer_json: bool = False
-    """The answer text must be JSON (`json_object`, `json_schema`, a native output format)."""
-    answer_schema: Any = None
-    """The JSON schema the answer text must satisfy, when one was sent."""
+    output_schema: dict[str, Any] | None = None
+    """Structured output asked for (`response_format` / `output_config.format`); `{}` for
+    a plain JSON object. The demo policy then answers with a value that fits it."""
 
     @property
     def prompt_tokens(self) -> int:

@@ -38,7 +38,7 @@ class Server:
     def api_key(self) -> str:
         return self.env.get("COURIER_API_KEY", API_KEY)
 
-    def start(self, timeout: float = 20.0) -> Server:
+    def start(self, timeout: float = 60.0) -> Server:
         env = {**os.environ, **self.env, "COURIER_PORT": str(self.port)}
         env.setdefault("COURIER_DATA_DIR", str(self.data_dir))
         self.log_path = self.data_dir / f"server-{self.port}.log"

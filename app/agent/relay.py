@@ -1,0 +1,166 @@
+"""A plain relay turn: the client's conversation to the upstream and back, nothing more.
+
+Apps send side requests on the same endpoint (Open WebUI's titles, tags and follow-up
+suggestions): running each as a full agent turn with server tools and a stored session
+is slow, costly and clutters the session list. A relay profile forwards the request as
+it is, streams the answer, returns the client's own tool calls, and bills the call in
+the usage ledger like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from app.agent.accumulate import Reply, accumulate
+from app.agent.budget import SpendGuard
+from app.agent.events import ClientToolCalls, TurnError, TurnFinished, TurnText
+from app.agent.ledger import CallSite, Timing, record_call
+from app.agent.loop import upstream_turn_error
+from app.agent.projection import project
+from app.agent.structured import output_problem
+from app.agent.turns import TurnHandle
+from app.config import Profile
+from app.db.chat_store import StoredImage
+from app.db.store import NewMessage, Store, StoredMessage
+from app.metrics import Metrics
+from app.providers.base import (
+    ModelRequest,
+    OutputFormat,
+    Provider,
+    ProviderError,
+    SamplingParams,
+    SystemBlock,
+    ToolChoice,
+    ToolSpec,
+)
+from app.providers.pricing import Cost, PriceOverride
+from app.providers.retry import stream_with_retry
+from app.providers.usage import Usage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RelayInput:
+    store: Store
+    provider: Provider
+    profile: Profile
+    ledger_session: str
+    owner: str
+    instructions: tuple[str, ...]
+    rows: tuple[NewMessage, ...]
+    images: Mapping[str, StoredImage]
+    tools: tuple[ToolSpec, ...]
+    tool_choice: ToolChoice
+    parallel_tool_calls: bool | None
+    output_format: OutputFormat | None
+    sampling: SamplingParams
+    spend: SpendGuard
+    price_override: PriceOverride | None
+    metrics: Metrics
+
+
+def _stored(rows: tuple[NewMessage, ...]) -> list[StoredMessage]:
+    return [
+        StoredMessage(
+            id=i,
+            role=r.role,
+            content=r.content,
+            api_content=None,
+            tool_calls=tuple(r.tool_calls or ()),
+            tool_call_id=r.tool_call_id,
+            tool_name=r.tool_name,
+            is_error=r.is_error,
+            turn_id=None,
+            images=r.images,
+        )
+        for i, r in enumerate(rows, start=1)
+    ]
+
+
+def relay_request(relay: RelayInput) -> ModelRequest:
+    system = "\n\n".join(text for text in relay.instructions if text)
+    return ModelRequest(
+        model=relay.profile.model,
+        system=(SystemBlock(system),) if system else (),
+        messages=project(_stored(relay.rows), relay.images),
+        tools=relay.tools,
+        sampling=relay.sampling,
+        tool_choice=relay.tool_choice,
+        parallel_tool_calls=relay.parallel_tool_calls if relay.tools else None,
+        output_format=relay.output_format,
+    )
+
+
+async def run_relay(relay: RelayInput, handle: TurnHandle) -> TurnFinished:
+    site = CallSite(
+        store=relay.store,
+        metrics=relay.metrics,
+        spend=relay.spend,
+        session_id=relay.ledger_session,
+        owner=relay.owner,
+        turn_id=handle.turn_id,
+        profile=relay.profile.name,
+        provider=relay.profile.provider,
+        price_override=relay.price_override,
+    )
+    timing = Timing(time.monotonic(), None)
+    reply = Reply()
+
+    def done(cost: Cost, usage: Usage, **kwargs: object) -> TurnFinished:
+        return TurnFinished(usage=usage, cost=cost, upstream_calls=1, iterations=1, **kwargs)  # type: ignore[arg-type]
+
+    try:
+        async for event in stream_with_retry(
+            relay.provider,
+            relay_request(relay),
+            max_attempts=relay.profile.retry_attempts,
+            base_delay=relay.profile.retry_base_delay_s,
+        ):
+            if timing.first_byte is None:
+                timing = Timing(timing.started, time.monotonic())
+            reply = accumulate(reply, event)
+            if event.kind == "text" and event.text and relay.output_format is None:
+                handle.publish(TurnText(event.text))
+    except ProviderError as exc:
+        cost = record_call(
+            site, model=relay.profile.model, usage=Usage(), timing=timing, outcome=exc.kind
+        )
+        return done(
+            cost,
+            Usage(),
+            exit_reason="upstream_error",
+            finish_reason="stop",
+            error=upstream_turn_error(exc),
+        )
+    except asyncio.CancelledError:
+        usage = reply.usage or Usage()
+        cost = record_call(
+            site, model=relay.profile.model, usage=usage, timing=timing, outcome="cancelled"
+        )
+        return done(cost, usage, exit_reason="cancelled", finish_reason="stop")
+    usage = reply.usage or Usage()
+    cost = record_call(site, model=relay.profile.model, usage=usage, timing=timing, outcome="ok")
+    calls = reply.tool_calls(f"call_{handle.turn_id}")
+    if calls:
+        handle.publish(ClientToolCalls(calls))
+        return done(cost, usage, exit_reason="completed", finish_reason="tool_calls")
+    if relay.output_format is not None:
+        if (problem := output_problem(relay.output_format, reply.text)) is not None:
+            log.info("relay %s: answer off the requested format (%s)", handle.turn_id, problem)
+            error = TurnError(
+                message="the model's answer did not match the requested response_format",
+                type="server_error",
+                code="invalid_output",
+                status=502,
+            )
+            return done(
+                cost, usage, exit_reason="invalid_output", finish_reason="stop", error=error
+            )
+        handle.publish(TurnText(reply.text))
+    finish = reply.finish if reply.finish in ("length", "content_filter") else "stop"
+    return done(cost, usage, exit_reason="completed", finish_reason=finish)

@@ -1,0 +1,181 @@
+"""SQL for the drop-in chat path: the visible-transcript index, retraction of a diverged
+branch, and images stored once per session.
+
+Kept beside `store.py` because nothing outside `app/db/` writes SQL; the policy (what is
+visible, how it is hashed, when to continue) lives in `app/agent/continuity.py`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import bindparam, text
+from sqlmodel import Session
+
+from app.db.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptKey:
+    prefix_hash: str
+    position: int
+    last_row_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    session_id: str
+    position: int
+    last_row_id: int
+    compactions: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredImage:
+    sha256: str
+    media_type: str
+    data: str
+    url: str
+
+
+_FIND = text(
+    "SELECT k.session_id, k.position, k.last_row_id, k.compactions FROM transcript_key k "
+    "WHERE k.prefix_hash IN :hashes ORDER BY k.position DESC, k.id DESC LIMIT 1"
+).bindparams(bindparam("hashes", expanding=True))
+
+
+def find_continuation(store: Store, *, hashes: Sequence[str]) -> Continuation | None:
+    """The stored conversation sharing the longest visible prefix with `hashes`.
+
+    The hashes are rolling (each covers every message before it, and the principal's
+    scope), so one indexed IN lookup finds the longest match without scanning sessions.
+    """
+    if not hashes:
+        return None
+    with Session(store.engine) as db:
+        row = db.connection().execute(_FIND, {"hashes": list(hashes)}).first()
+    if row is None:
+        return None
+    return Continuation(str(row[0]), int(row[1]), int(row[2]), int(row[3]))
+
+
+def index_transcript(
+    store: Store, *, session_id: str, keys: Sequence[TranscriptKey], head: str, length: int
+) -> None:
+    """Add visible messages to the index and move the session's transcript head."""
+    if not keys:
+        return
+    with store.engine.begin() as conn:
+        compactions = conn.execute(
+            text("SELECT compactions FROM session WHERE id = :sid"), {"sid": session_id}
+        ).scalar_one()
+        conn.execute(
+            text(
+                "INSERT INTO transcript_key "
+                "(prefix_hash, session_id, position, last_row_id, compactions, created_at) "
+                "VALUES (:h, :sid, :pos, :row, :comp, :now)"
+            ),
+            [
+                {
+                    "h": k.prefix_hash,
+                    "sid": session_id,
+                    "pos": k.position,
+                    "row": k.last_row_id,
+                    "comp": compactions,
+                    "now": time.time(),
+                }
+                for k in keys
+            ],
+        )
+        conn.execute(
+            text("UPDATE session SET transcript_head = :h, transcript_len = :n WHERE id = :sid"),
+            {"h": head, "n": length, "sid": session_id},
+        )
+
+
+def last_row_id(store: Store, *, session_id: str) -> int:
+    with Session(store.engine) as db:
+        value = (
+            db.connection()
+            .execute(
+                text("SELECT MAX(id) FROM message WHERE session_id = :sid"), {"sid": session_id}
+            )
+            .scalar()
+        )
+    return int(value or 0)
+
+
+def retract_after(
+    store: Store,
+    *,
+    session_id: str,
+    lease: str,
+    after_row_id: int,
+    keep_position: int,
+    head: str | None,
+) -> int:
+    """Take every live row after `after_row_id` out of the model's view (`active=0,
+    compacted=0`: retracted, kept, not searchable) and forget the index entries past
+    `keep_position`, in one transaction fenced by the turn lease. Returns rows retracted."""
+    with Session(store.engine) as db:
+        try:
+            store._fenced(db, session_id=session_id, lease=lease)
+            conn = db.connection()
+            result = conn.execute(
+                text(
+                    "UPDATE message SET active = 0, compacted = 0 "
+                    "WHERE session_id = :sid AND id > :after AND active = 1"
+                ),
+                {"sid": session_id, "after": after_row_id},
+            )
+            conn.execute(
+                text("DELETE FROM transcript_key WHERE session_id = :sid AND position > :keep"),
+                {"sid": session_id, "keep": keep_position},
+            )
+            conn.execute(
+                text(
+                    "UPDATE session SET transcript_head = :h, transcript_len = :n WHERE id = :sid"
+                ),
+                {"h": head, "n": keep_position, "sid": session_id},
+            )
+            db.commit()
+        except Exception:
+            db.rollback()
+            raise
+    return int(getattr(result, "rowcount", 0))
+
+
+def put_images(store: Store, *, session_id: str, images: Sequence[StoredImage]) -> None:
+    """Store each image once per session; a re-sent image costs no new row."""
+    if not images:
+        return
+    with store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO session_image "
+                "(session_id, sha256, media_type, data, url, created_at) "
+                "VALUES (:sid, :sha, :mt, :data, :url, :now) ON CONFLICT DO NOTHING"
+            ),
+            [
+                {
+                    "sid": session_id,
+                    "sha": i.sha256,
+                    "mt": i.media_type,
+                    "data": i.data,
+                    "url": i.url,
+                    "now": time.time(),
+                }
+                for i in images
+            ],
+        )
+
+
+def session_images(store: Store, *, session_id: str) -> dict[str, StoredImage]:
+    with Session(store.engine) as db:
+        rows = db.connection().execute(
+            text("SELECT sha256, media_type, data, url FROM session_image WHERE session_id = :sid"),
+            {"sid": session_id},
+        )
+        return {str(r[0]): StoredImage(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows}
