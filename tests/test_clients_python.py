@@ -135,7 +135,9 @@ def test_client_tool_round_trip(server: Server, sim: Simulator, stream: bool) ->
         ]
     )
     client = sdk(server)
-    user = {"role": "user", "content": "Weather in Paris?"}
+    # Distinct per case: identical openings of one principal are a separate concern
+    # (test_compat_behaviour.py::test_a_tool_result_continues_the_session_that_asked).
+    user = {"role": "user", "content": f"Weather in Paris? ({'stream' if stream else 'whole'})"}
     first, session = create(
         client, stream=stream, model="courier", messages=[user], tools=[WEATHER_TOOL]
     )
@@ -342,6 +344,24 @@ def test_upstream_401_is_one_attempt_and_not_retried(
     else:
         # Reported in-stream after a 200: no SDK retries that, and the count above holds.
         assert stream, f"a non-streamed error must carry a status: {caught.value!r}"
+
+
+def test_an_sdk_retry_after_a_rate_limit_runs_the_call_again(
+    server: Server, sim: Simulator
+) -> None:
+    # Courier's own attempts all hit the limit; the SDK then retries as told (Retry-After)
+    # and the upstream has recovered. Reattaching that retry to the failed turn would hand
+    # back the stale 429 on every retry while the upstream is fine.
+    limited = {"fault": {"status": 429, "retry_after": 0.2}}
+    sim.script([limited] * 3 + [{"reply": {"text": "Recovered."}}])
+    counter = Counter()
+    client = sdk(server, max_retries=2, counter=counter)
+    done = client.chat.completions.create(
+        model="courier", messages=[{"role": "user", "content": "rate limited, then fine"}]
+    )
+    assert done.choices[0].message.content == "Recovered."
+    assert counter.sent == 2, "one SDK retry after the 429"
+    sim.assert_script_done()
 
 
 def test_client_hang_up_on_a_whole_request_cancels_the_upstream_call(

@@ -180,14 +180,39 @@ def test_an_sdk_retry_reattaches_to_the_running_turn(oai: Server, sim: Simulator
     assert sim.stats()["model_requests"] == 1, "the retry must not run the turn again"
 
 
-def test_a_byte_identical_twin_right_after_reattaches(oai: Server, sim: Simulator) -> None:
-    sim.script([{"reply": {"text": "only once"}}, {"reply": {"text": "ran twice"}}])
+def test_a_byte_identical_twin_while_running_reattaches(oai: Server, sim: Simulator) -> None:
+    # No retry header (clients such as the Vercel AI SDK send none): the body alone tells.
+    _slow_answer(sim, "only once")
     body = {"messages": user("a twin arrives")}
-    first = post(oai, body)
+    thread, first = _in_background(oai, body)
+    _wait_for(lambda: sim.stats()["model_requests"] == 1, "the first request upstream")
     twin = post(oai, body)
-    assert first.status_code == twin.status_code == 200
+    thread.join(60)
+    assert first["r"].status_code == twin.status_code == 200
     assert twin.json()["choices"][0]["message"]["content"] == "only once"
     assert sim.stats()["model_requests"] == 1
+
+
+def test_a_tool_result_continues_the_session_that_asked_for_it(oai: Server, sim: Simulator) -> None:
+    """Two conversations of one principal open alike, and their model (an upstream with
+    deterministic call ids, as some local servers have) asks for the same client call.
+    The tool result must go on in the conversation that asked for it last, not the older."""
+    opening = user("Identical opening with a client tool")
+    for _ in range(2):
+        sim.script(
+            [
+                {"reply": {"tool_calls": [_call("get_weather", "call_0", city="Rome")]}},
+                {"reply": {"text": "Done."}},
+            ]
+        )
+        asked = post(oai, {"messages": opening, "tools": [WEATHER]})
+        assert asked.status_code == 200, asked.text
+        message = asked.json()["choices"][0]["message"]
+        result = {"role": "tool", "tool_call_id": "call_0", "content": "warm"}
+        history = [*opening, {k: message[k] for k in ("role", "content", "tool_calls")}, result]
+        answered = post(oai, {"messages": history, "tools": [WEATHER]})
+        assert answered.status_code == 200, answered.text
+        assert answered.headers["x-session-id"] == asked.headers["x-session-id"]
 
 
 def test_a_cancelled_turn_is_never_replayed_as_a_success(oai: Server, sim: Simulator) -> None:
@@ -219,7 +244,8 @@ def test_upstream_client_errors_are_not_5xx_and_not_retried(
     oai: Server, sim: Simulator, status: int
 ) -> None:
     sim.script([{"fault": {"status": status}}] * 3)
-    response = post(oai, {"messages": user("x")})
+    # A distinct body per case: an identical one would (rightly) reattach to the last.
+    response = post(oai, {"messages": user(f"upstream says {status}")})
     assert 400 <= response.status_code < 500, response.text
     assert response.headers.get("x-should-retry") == "false"
     assert set(response.json()["error"]) >= {"message", "type", "param", "code"}
@@ -228,7 +254,7 @@ def test_upstream_client_errors_are_not_5xx_and_not_retried(
 
 def test_a_retryable_upstream_failure_says_when_to_retry(oai: Server, sim: Simulator) -> None:
     sim.script([{"fault": {"status": 429, "retry_after": 1}}] * 3)
-    response = post(oai, {"messages": user("x")})
+    response = post(oai, {"messages": user("upstream rate-limits")})
     assert response.status_code in (429, 503), response.text
     assert response.headers.get("retry-after"), dict(response.headers)
     assert response.headers.get("x-should-retry") != "false"

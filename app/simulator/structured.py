@@ -3,7 +3,8 @@
 Clients ask for JSON in three ways (OpenAI `response_format`, Anthropic native output
 formats, or a forced tool carrying the schema). A simulated model answering prose to any of
 them would make every structured-output path fail on the simulator instead of exercising
-the server's handling, so the demo answers with a minimal instance of the schema.
+the server's handling, so the demo answers with a minimal instance of the schema
+(strings "simulated", numbers 1 unless a bound says otherwise).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def _resolve(ref: str, root: dict[str, Any]) -> Any:
 
 def _string(schema: dict[str, Any]) -> str:
     length = int(schema.get("minLength") or 0)
-    text = "example"
+    text = "simulated"
     return text if len(text) >= length else text + "x" * (length - len(text))
 
 
@@ -36,7 +37,7 @@ def _number(schema: dict[str, Any], integer: bool) -> int | float:
     if isinstance(low, int | float) and not isinstance(low, bool):
         value = low + (1 if "exclusiveMinimum" in schema and "minimum" not in schema else 0)
         return int(value) if integer else value
-    return 0
+    return 1
 
 
 def _object(schema: dict[str, Any], root: dict[str, Any], depth: int) -> dict[str, Any]:
