@@ -61,7 +61,7 @@ FINAL_ANSWER_NOTE = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class TurnContext:
     store: Store
     provider: Provider
@@ -69,7 +69,6 @@ class TurnContext:
     profile: Profile
     session_id: str
     owner: str
-    system_prompt: str
     lease: str
     turn_id: str
     workspace: Path
@@ -79,8 +78,9 @@ class TurnContext:
     metrics: Metrics
     tool_specs: tuple[ToolSpec, ...] = ()
     """The session's frozen tool snapshot: the schemas sent on every request."""
-    stable_len: int | None = None
-    """Proven end of the stable tier in `system_prompt`, or None (no marker there)."""
+    stable_tier: str = ""
+    """The stable tier this session's prompt starts with; each call proves it again, since
+    a compaction rebuilds the prompt."""
     prefixes: StablePrefixRegistry | None = None
     price_override: PriceOverride | None = None
     compressor: Compressor | None = None
@@ -328,8 +328,8 @@ def build_request(
     messages = (*messages, *tail)
     plan = apply_strategy(
         ctx.profile.cache_strategy,
-        system_prompt=ctx.system_prompt,
-        stable_len=ctx.stable_len,
+        system_prompt=checked.prompt,
+        stable_len=checked.stable_len,
         messages=messages,
         prefixes=ctx.prefixes,
     )

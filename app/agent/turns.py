@@ -176,17 +176,16 @@ class TurnManager:
 
     def start(
         self,
-        make_context: Callable[[TurnHandle], TurnContext],
+        make_context: Callable[[str, Callable[[TurnEvent], None]], TurnContext],
         *,
         on_finish: OnFinish | None = None,
     ) -> TurnHandle:
-        """Start a turn whose context (already holding the lease) `make_context` builds."""
+        """Start a turn whose context (already holding the lease) `make_context` builds
+        whole from the turn's id and event sink."""
         turn_id = "turn_" + secrets.token_hex(8)
         handle = TurnHandle(turn_id, "")
-        ctx = make_context(handle)
+        ctx = make_context(turn_id, handle.publish)
         handle.session_id = ctx.session_id
-        ctx.turn_id = turn_id
-        ctx.emit = handle.publish
         self.store.start_turn(session_id=ctx.session_id, lease=ctx.lease, turn_id=turn_id)
         handle.task = asyncio.create_task(self._run(ctx, handle, on_finish), name=turn_id)
         self.running[turn_id] = handle
