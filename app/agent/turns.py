@@ -134,10 +134,14 @@ class TurnManager:
     def find_twin(self, owner: str, digest: str, *, marked_retry: bool) -> TurnHandle | None:
         """The turn an identical request of this principal started, if this one repeats it:
         still running, or finished moments ago (longer when the SDK says it is retrying).
-        A cancelled turn is never a twin: replaying it would answer an empty success."""
+        A cancelled turn is never a twin: replaying it would answer an empty success; nor is
+        one that failed in a way a retry can fix."""
         handle = self._by_digest.get((owner, digest))
         if handle is None or handle.cancelled:
             return None
+        outcome = handle.outcome
+        if outcome is not None and outcome.error is not None and outcome.error.retryable:
+            return None  # the retry was told to try again (a rate limit): let it
         if handle.finished_at is None:
             return handle
         if handle.delivered and not marked_retry:
