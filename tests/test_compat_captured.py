@@ -310,11 +310,14 @@ def test_captured_request(
     session_id = None
     if "x-session-id" in row["headers"]:
         session_id = _session_for(server, body)
-    before = len(sim.requests())
+    # The `sim` fixture reset the simulator: only a session set up above came before.
+    before = len(sim.requests()) if session_id is not None else 0
     response = _send(server, row, session_id)
     upstream = [json.loads(r["body"]) for r in sim.requests()[before:] if r["body"]]
-    status = sim.status()
-    assert not status["failures"], status["failures"]
+    if call is not None:
+        # Demo mode never fails a request; a script can (a step Courier did not expect).
+        status = sim.status()
+        assert not status["failures"], status["failures"]
     if param is not None:
         _check_refusal(response, param, row)
         assert not upstream, "a refused request must not reach the upstream"
