@@ -56,7 +56,7 @@ node-deps:
 	      touch $(NODE_DIR)/node_modules; \
 	  fi; \
 	else \
-	  echo "node/npm not found: the Vercel AI SDK tests will skip (install nodejs and npm to run them)"; \
+	  echo "node/npm not found: the JavaScript client tests (openai Node SDK, Vercel AI SDK) will skip; install nodejs and npm to run them"; \
 	fi
 
 test: lint typecheck unit
