@@ -61,6 +61,7 @@ from app.db.chat_store import (
     retract_after,
 )
 from app.db.models import SessionRow
+from app.db.session_query import is_retracted
 from app.db.store import NewMessage, Store
 from app.metrics import Metrics
 from app.protocol.errors import ApiError
@@ -69,7 +70,8 @@ from app.protocol.openai import ChatCompletionRequest, ChatMessageIn
 from app.providers.base import OutputFormat, Provider, SamplingParams, ToolChoice, ToolSpec
 from app.providers.pricing import PriceOverride, price_usage
 from app.providers.usage import Usage
-from app.security.auth import Principal
+from app.security.approvals import ApprovalGate
+from app.security.auth import Principal, key_spend_caps
 from app.tools.memory import memory_snapshot
 from app.tools.registry import ToolRegistry
 
@@ -165,7 +167,9 @@ class ChatServing:
         tools: ToolRegistry,
         providers: dict[str, Provider],
         metrics: Metrics,
+        approvals: ApprovalGate | None = None,
     ) -> None:
+        self.approvals = approvals
         self.metrics = metrics
         self.prefixes = StablePrefixRegistry()
         self.compressor = Compressor(prefixes=self.prefixes)
@@ -204,13 +208,6 @@ class ChatServing:
         ignored = tuple(ignored_fields(request, passthrough=provider.passthrough))
         if (seen := self._twin(principal, retry)) is not None:
             return StartedTurn(seen, seen.session_id, profile, ignored)
-        if self.turns.at_capacity():
-            raise ApiError(
-                503,
-                "too many turns are running; retry shortly",
-                code="server_busy",
-                type_="server_error",
-            )
         conversation = split(request)
         self._refuse_prefill(conversation, profile, provider)
         fmt = output_format(request)
@@ -556,7 +553,11 @@ class ChatServing:
     def _owned_session(self, principal: Principal, session_id: str) -> SessionRow:
         session = self.store.get_session(session_id=session_id)
         # Another key's session answers exactly like a missing one: no existence oracle.
-        if session is None or (session.owner != principal.owner and not principal.admin):
+        if (
+            session is None
+            or (session.owner != principal.owner and not principal.admin)
+            or is_retracted(self.store, session_id=session_id)
+        ):
             raise ApiError(
                 404,
                 f"session '{session_id}' not found",
@@ -637,6 +638,7 @@ class ChatServing:
             stable_tier=stable_tier(profile, snapshot_names(session.tool_snapshot)),
             prefixes=self.prefixes,
             compressor=self.compressor,
+            gate=self.approvals,
             rebuild_prompt=lambda: self.session_prompt(
                 profile,
                 session_id=session.id,
@@ -759,12 +761,16 @@ class ChatServing:
             spent = Decimal(session.cost_usd) if session else Decimal(0)
             caps.append(Cap("session", s.spend_cap_session_usd, spent))
         # Key caps bill the session's owner, even when an admin key drives the turn.
-        if s.spend_cap_key_usd is not None:
+        # A `[[keys]]` entry's own caps win over the global per-key caps.
+        own_total, own_daily = key_spend_caps(s.keys).get(owner, (None, None))
+        key_total = own_total if own_total is not None else s.spend_cap_key_usd
+        key_daily = own_daily if own_daily is not None else s.spend_cap_key_daily_usd
+        if key_total is not None:
             spent, _ = self.store.spent_by_owner(owner=owner)
-            caps.append(Cap("API key", s.spend_cap_key_usd, spent))
-        if s.spend_cap_key_daily_usd is not None:
+            caps.append(Cap("API key", key_total, spent))
+        if key_daily is not None:
             spent, _ = self.store.spent_by_owner(owner=owner, since=time.time() - DAY_S)
-            caps.append(Cap("API key (24h)", s.spend_cap_key_daily_usd, spent))
+            caps.append(Cap("API key (24h)", key_daily, spent))
         if not caps:
             return SpendGuard([])
         # Refuse up front when spend cannot be tracked: a cap on an unpriced model would

@@ -513,6 +513,21 @@ class Store:
                 {"sid": session_id, "lease": lease},
             )
 
+    def clear_dead_leases(self, alive: Callable[[str], bool]) -> int:
+        """At startup: free the leases whose holder process is gone (`alive(lease)` False)."""
+        with self._tx() as db:
+            held = db.execute(text("SELECT id, lease FROM session WHERE lease IS NOT NULL"))
+            dead = [(sid, lease) for sid, lease in held if not alive(lease)]
+            for sid, lease in dead:
+                db.execute(
+                    text(
+                        "UPDATE session SET lease = NULL, lease_expires_at = NULL "
+                        "WHERE id = :sid AND lease = :lease"
+                    ),
+                    {"sid": sid, "lease": lease},
+                )
+        return len(dead)
+
     def clear_all_leases(self) -> int:
         """At startup: a lease left by a killed process would block its session until expiry."""
         with self._tx() as db:
@@ -639,8 +654,9 @@ class Store:
                 session.pending_cache_break = cache_break
             db.add(session)
 
-    def update_session(self, *, session_id: str, **values: Any) -> None:
-        """Persist compressor counters (not fenced: a verdict must land even late).
+    def update_session(self, *, session_id: str, lease: str, **values: Any) -> None:
+        """Persist compressor counters, fenced like every other write: a turn that lost
+        its lease must not reset the breaker of the turn that now owns the session.
 
         Deferred on the event loop: they ride in the turn's next transaction."""
 
@@ -649,6 +665,7 @@ class Store:
                 setattr(session, key, value)
 
         def write(db: Session) -> None:
+            self._fenced(db, session_id=session_id, lease=lease)
             db.connection().execute(
                 update(_SESSION).where(_SESSION.c.id == session_id).values(**values)
             )

@@ -7,7 +7,14 @@ import secrets
 import time
 from typing import Any
 
-from app.agent.events import ToolFinished, ToolStarted, TurnError, TurnFinished
+from app.agent.events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ToolFinished,
+    ToolStarted,
+    TurnError,
+    TurnFinished,
+)
 from app.agent.turns import TurnHandle
 from app.protocol.openai import (
     ChatCompletion,
@@ -70,6 +77,22 @@ def tool_event_payload(event: ToolStarted | ToolFinished) -> dict[str, Any]:
             "ok": not event.is_error,
             "duration_ms": round(event.duration_ms, 1),
         }
+    return body
+
+
+def approval_event_payload(event: ApprovalRequested | ApprovalResolved) -> dict[str, Any]:
+    """What an approver UI needs to act: the id to POST to, and what it would allow."""
+    body: dict[str, Any] = {"approval_id": event.approval_id, "call_id": event.call_id}
+    if isinstance(event, ApprovalRequested):
+        body |= {
+            "type": "approval.requested",
+            "tool": event.name,
+            "summary": event.summary,
+            "expires_at": event.expires_at,
+            "grantable": event.grantable,
+        }
+    else:
+        body |= {"type": "approval.resolved", "status": event.status}
     return body
 
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from app.db.store import Store
 from app.providers.base import ToolCall, ToolSpec
 from app.tools.repair import coerce_arguments, resolve_tool_name
+from app.tools.tool_quota import ToolQuota
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class ToolContext:
     terminal_timeout_s: float = 120.0
     fetch_allow_hosts: tuple[str, ...] = ()
     """Hosts or CIDRs web_fetch may reach even though they are private or loopback."""
+    quota: ToolQuota = field(default_factory=ToolQuota)
+    """Workspace bytes, disk reserve and per-call limits (app/tools/quota.py)."""
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
