@@ -122,7 +122,6 @@ def retract_after(
     """Take every live row after `after_row_id` out of the model's view (`active=0,
     compacted=0`: retracted, kept, not searchable) and forget the index entries past
     `keep_position`, in one transaction fenced by the turn lease. Returns rows retracted."""
-    store.forget_live(session_id)
     with store.session() as db:
         try:
             store._fenced(db, session_id=session_id, lease=lease)
