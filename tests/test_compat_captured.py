@@ -16,9 +16,9 @@ the client-tool path (finish `tool_calls`) is what gets checked there.
 
 Refused on purpose (the README documents these): `n > 1`, `logprobs: true`, audio output
 `modalities`, `temperature` outside [0, 2] (OpenAI refuses it too), a trailing assistant
-message (prefill) on the OpenAI wire, which OpenAI answers after instead of continuing, and
-`POST /v1/responses` until issue 14. Those must be a 400 in the OpenAI
-error shape naming `param` (404 accepted for the missing route), and reach no upstream.
+message (prefill) on the OpenAI wire, which OpenAI answers after instead of continuing.
+Those must be a 400 in the OpenAI error shape naming `param`, and reach no upstream.
+`POST /v1/responses` is served since issue 14: those lines must get a spec-valid `Response`.
 """
 
 from __future__ import annotations
@@ -62,8 +62,6 @@ def refused_param(row: dict[str, Any]) -> str | None:
 
     A `param` ending in `[` is a prefix: a prefill names the message, `messages[N]`.
     """
-    if row["path"] == "/v1/responses":
-        return "input"
     body = row.get("body") or {}
     if _prefill(body) and not row["client"].startswith(ANTHROPIC_CLIENTS):
         # OpenAI answers after a trailing assistant message rather than continuing it.
@@ -160,8 +158,7 @@ def _valid(schema: str, body: Any) -> None:
 
 
 def _check_refusal(response: httpx.Response, param: str, row: dict[str, Any]) -> None:
-    allowed = (400, 404) if row["path"] == "/v1/responses" else (400,)
-    assert response.status_code in allowed, f"{response.status_code}: {response.text[:500]}"
+    assert response.status_code == 400, f"{response.status_code}: {response.text[:500]}"
     body = response.json()
     _valid("ErrorResponse", body)
     if response.status_code == 400:
@@ -324,6 +321,11 @@ def test_captured_request(
         return
     if row["method"] == "GET":
         _check_get(response, row)
+        return
+    if row["path"] == "/v1/responses":
+        assert response.status_code == 200, f"{response.status_code}: {response.text[:800]}"
+        _valid("Response", response.json())
+        assert response.json()["status"] == "completed"
         return
     assert response.status_code == 200, f"{response.status_code}: {response.text[:800]}"
     assert response.headers.get("x-session-id"), "every answer names its session"
