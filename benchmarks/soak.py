@@ -20,6 +20,7 @@ growth between warm-up and the end. Asserts nothing (shared machines are noisy).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import socket
@@ -56,6 +57,7 @@ class Soak:
         self.sessions: dict[str, int] = {}
         """session id -> user turns that got a 200."""
         self.lock = threading.Lock()
+        self.nonce = itertools.count()
 
     def headers(self, **extra: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.key}", **extra}
@@ -67,9 +69,11 @@ class Soak:
                 self.escapes += 1
 
     def tool_turn(self, client: httpx.Client) -> None:
+        # A nonce per turn: a byte-identical body would be taken as a retry of an earlier
+        # turn (it reattaches instead of storing anything), which is not what we count.
         ask = (
             "list files, then read notes.txt and ../outside/secret.txt and "
-            "trap/secret.txt and /etc/shadow.txt"
+            f"trap/secret.txt and /etc/shadow.txt (turn {next(self.nonce)})"
         )
         body = {"model": "courier", "messages": [{"role": "user", "content": ask}]}
         resp = client.post(URL, json=body, headers=self.headers())
