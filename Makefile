@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit clean lock node-deps
+.PHONY: install demo test lint typecheck unit clean lock soak node-deps
 
 # The terminal tool runs commands under bubblewrap: without `bwrap` the tool is not offered
 # and its sandbox tests fail, so a fresh Debian machine gets it here. A no-op once present.
@@ -60,6 +60,11 @@ node-deps:
 	fi
 
 test: lint typecheck unit
+
+# A bounded soak (a few hundred mixed, concurrent turns with tools and hostile bodies):
+# prints 5xx count, escapes, lost rows, descriptor and RSS growth. Not part of `make test`.
+soak: install
+	$(BIN)/python benchmarks/soak.py
 
 lock:
 	$(BIN)/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 -o requirements.lock

@@ -57,6 +57,12 @@ class MessageView:
         return list(json.loads(self.row.tool_calls)) if self.row.tool_calls else []
 
 
+def _forget_live(store: Store, session_id: str) -> None:
+    """Drop the store's in-process copy of a session's live log after flipping its flags
+    here: without it the next turn would send the retracted rows upstream again."""
+    store._forget_live(session_id)
+
+
 def title_of(text_value: str | None) -> str:
     flat = " ".join((text_value or "").split())
     return flat if len(flat) <= TITLE_CHARS else flat[: TITLE_CHARS - 1].rstrip() + "…"
@@ -236,6 +242,7 @@ def retract_session(store: Store, *, session_id: str) -> None:
         if db.get(SessionRetractionRow, session_id) is None:
             db.add(SessionRetractionRow(session_id=session_id))
         db.commit()
+    _forget_live(store, session_id)
 
 
 def purge_session(store: Store, *, session_id: str) -> None:
@@ -267,6 +274,7 @@ def purge_session(store: Store, *, session_id: str) -> None:
             mark.retracted_at = time.time()
             db.add(mark)
         db.commit()
+    _forget_live(store, session_id)
 
 
 def retract_messages(
@@ -291,6 +299,7 @@ def retract_messages(
             {"sid": session_id, "first": first_id, "last": last_id},
         )
         db.commit()
+        _forget_live(store, session_id)
         return int(getattr(changed, "rowcount", 0))
 
 
@@ -312,6 +321,7 @@ def delete_messages(
             {"sid": session_id, "first": first_id, "last": last_id},
         )
         db.commit()
+        _forget_live(store, session_id)
         return int(getattr(gone, "rowcount", 0))
 
 

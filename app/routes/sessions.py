@@ -16,7 +16,7 @@ from app.db import session_query as q
 from app.db.models import SessionRow
 from app.db.tool_store import fts_terms, search_sessions
 from app.protocol.errors import ApiError
-from app.routes.deps import PrincipalDep, StateDep
+from app.routes.deps import PrincipalDep, ReaderDep, StateDep
 from app.security.auth import Principal
 from app.session_cost import cost_report, profile_pricer
 from app.session_service import ForkPointMissing, ProfileGone, SessionBusy, SessionService
@@ -31,10 +31,17 @@ def _not_found(session_id: str) -> ApiError:
     return ApiError(404, f"session '{session_id}' not found", code="session_not_found")
 
 
+def visible_to(principal: Principal, session: SessionRow) -> bool:
+    """Its owner's or the admin's; a token bound to one session sees only that one."""
+    if principal.session_id is not None and principal.session_id != session.id:
+        return False
+    return session.owner == principal.owner or principal.admin
+
+
 def owned_session(state: AppState, principal: Principal, session_id: str) -> SessionRow:
     """The session if the caller may see it; the cheap check for routes that need no totals."""
     session = state.store.get_session(session_id=session_id)
-    if session is None or (session.owner != principal.owner and not principal.admin):
+    if session is None or not visible_to(principal, session):
         raise _not_found(session_id)
     if not principal.admin and q.is_retracted(state.store, session_id=session_id):
         raise _not_found(session_id)
@@ -43,7 +50,7 @@ def owned_session(state: AppState, principal: Principal, session_id: str) -> Ses
 
 def owned_summary(state: AppState, principal: Principal, session_id: str) -> q.SessionSummary:
     summary = q.session_summary(state.store, session_id=session_id)
-    if summary is None or (summary.session.owner != principal.owner and not principal.admin):
+    if summary is None or not visible_to(principal, summary.session):
         raise _not_found(session_id)
     if summary.retracted and not principal.admin:
         raise _not_found(session_id)
@@ -75,7 +82,7 @@ def _service(state: AppState) -> SessionService:
 @router.get("/v1/sessions")
 async def list_sessions(
     state: StateDep,
-    principal: PrincipalDep,
+    principal: ReaderDep,
     limit: Limit = 20,
     cursor: str | None = None,
     after: str | None = None,
@@ -89,6 +96,8 @@ async def list_sessions(
         before=cursor or after,
         include_retracted=principal.admin,
     )
+    # A token bound to one session lists only that one.
+    rows = [r for r in rows if visible_to(principal, r.session)]
     # Pricing is CPU work: off the event loop, so running streams keep flowing.
     data = await asyncio.to_thread(lambda: [session_json(state, r) for r in rows])
     return {
@@ -102,7 +111,7 @@ async def list_sessions(
 @router.get("/v1/sessions/search")
 async def search(
     state: StateDep,
-    principal: PrincipalDep,
+    principal: ReaderDep,
     q_: Annotated[str, Query(alias="q", min_length=1, max_length=1000)],
     limit: Annotated[int, Query(ge=1, le=50)] = 10,
 ) -> dict[str, Any]:
@@ -112,6 +121,8 @@ async def search(
     if not terms:
         raise ApiError(400, "q has no searchable words", param="q", code="invalid_query")
     hits = search_sessions(state.store, owner=principal.owner, terms=terms, limit=limit)
+    if principal.session_id is not None:
+        hits = [h for h in hits if h.session_id == principal.session_id]
     titles = q.titles(state.store, session_ids=[h.session_id for h in hits])
     return {
         "object": "list",
@@ -132,7 +143,7 @@ async def search(
 
 
 @router.get("/v1/sessions/{session_id}")
-async def get_session(session_id: str, state: StateDep, principal: PrincipalDep) -> dict[str, Any]:
+async def get_session(session_id: str, state: StateDep, principal: ReaderDep) -> dict[str, Any]:
     summary = owned_summary(state, principal, session_id)
     return await asyncio.to_thread(session_json, state, summary)
 
@@ -141,7 +152,7 @@ async def get_session(session_id: str, state: StateDep, principal: PrincipalDep)
 async def list_messages(
     session_id: str,
     state: StateDep,
-    principal: PrincipalDep,
+    principal: ReaderDep,
     limit: Limit = 50,
     cursor: Annotated[int | None, Query(ge=0)] = None,
     after: Annotated[int | None, Query(ge=0)] = None,
@@ -258,7 +269,7 @@ async def delete_session(
 
 
 @router.get("/v1/sessions/{session_id}/cost")
-async def session_cost(session_id: str, state: StateDep, principal: PrincipalDep) -> dict[str, Any]:
+async def session_cost(session_id: str, state: StateDep, principal: ReaderDep) -> dict[str, Any]:
     summary = owned_summary(state, principal, session_id)
     pricer = profile_pricer(state.chat.profiles)
     report = await asyncio.to_thread(cost_report, summary.calls, pricer)
@@ -269,7 +280,7 @@ async def session_cost(session_id: str, state: StateDep, principal: PrincipalDep
 async def session_usage(
     session_id: str,
     state: StateDep,
-    principal: PrincipalDep,
+    principal: ReaderDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> dict[str, Any]:

@@ -8,8 +8,10 @@ Control endpoints (JSON, no auth):
 * `GET  /_sim/requests` -> `[{"path", "body", "headers", "time"}, ...]` for every `/v1/*`
   request in arrival order; `body` is the raw text as received, `time` the simulated clock.
   `?path=/v1/messages` keeps only that path.
-* `POST /_sim/reset`    clears script, failures, requests and cache, restores the startup
-  settings and the clock offset.
+* `GET  /_sim/connections` -> `{"connections": n}`: distinct client TCP connections that
+  carried a model request, so a test can prove the upstream connection is reused.
+* `POST /_sim/reset`    clears script, failures, requests, connections and cache, restores
+  the startup settings and the clock offset.
 * `POST /_sim/clock`    `{"advance": seconds}` moves the simulated clock -> `{"now": float}`.
 * `POST /_sim/config`   partial settings (see `SimulatorConfig`) -> the full settings;
   `GET /_sim/config` reads them.
@@ -78,8 +80,12 @@ class SimState:
         self.cache = PromptCache()
         self.clock = SimClock()
         self.seq = 0
+        self.connections: set[tuple[str, int]] = set()
 
     def record(self, request: Request, raw: bytes) -> None:
+        if request.client is not None:
+            # A client's (address, port) names one TCP connection for its whole life.
+            self.connections.add((request.client.host, request.client.port))
         self.requests.append(
             {
                 "path": request.url.path,
@@ -315,6 +321,10 @@ def _add_control_routes(app: FastAPI, state: SimState) -> None:
         rows = [r for r in state.requests if path is None or r["path"] == path]
         return JSONResponse(rows)
 
+    @app.get("/_sim/connections")
+    async def connections() -> Response:
+        return JSONResponse({"connections": len(state.connections)})
+
     @app.post("/_sim/reset")
     async def reset() -> Response:
         state.reset()
@@ -377,7 +387,7 @@ def _listen(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     # Listening before announcing the port means a client may connect immediately.
-    sock.listen(128)
+    sock.listen(2048)  # benchmarks open a thousand streams at once
     return sock
 
 

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
 import os
 import platform
+import shlex
 import shutil
 import signal
 import struct
@@ -46,6 +48,17 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from app.security.egress import (
+    BRIDGE_SOURCE,
+    PROXY_PORT,
+    SOCKET_DIR_IN_SANDBOX,
+    SOCKET_NAME,
+    EgressProxy,
+    bridge_python,
+    proxy_env,
+)
+from app.tools.memory_cgroup import MemoryCgroup
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +78,8 @@ the spill layer relocates a large result to a file without losing any of it, so 
 here at the spill size would throw away exactly what spilling exists to keep. This cap only
 bounds memory against a command that prints forever."""
 TMP_SIZE_BYTES = 512 * 1024 * 1024
+CPU_GRACE_S = 5
+"""Extra CPU seconds between RLIMIT_CPU's soft limit (SIGXCPU) and its hard one (SIGKILL)."""
 KILL_GRACE_S = 2.0
 """After the command ends, how long to wait for its output pipe to close."""
 PROBE_RETRY_S = 60.0
@@ -108,6 +123,11 @@ _PROC_COVER = ("sys", "sysrq-trigger", "irq", "bus", "acpi", "fs", "scsi")
 owned by uid 0, which a sandbox run by root passes (see the module docstring)."""
 
 
+_PROC_MASK = ("keys", "key-users")
+"""Emptied in the sandbox: they list the host keyring's entries (names, owners, quotas).
+The keyring syscalls themselves are refused by the seccomp filter."""
+
+
 class SandboxError(Exception):
     """The sandbox could not be set up (bwrap missing or failing); the command did not run."""
 
@@ -120,6 +140,17 @@ class CommandResult:
     """The command's exit status; negative is a signal (local backend); None on timeout."""
     timed_out: bool
     dropped_bytes: int = 0
+    limit_hit: str | None = None
+    """Which per-call limit ended the command ("memory"), when we can tell."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceLimits:
+    """Per-call limits beyond the process count: memory, CPU seconds, largest file."""
+
+    memory_bytes: int
+    cpu_seconds: int
+    file_size_bytes: int
 
 
 # -- the bwrap command line ------------------------------------------------------------------
@@ -184,6 +215,7 @@ def bwrap_argv(
     network: bool,
     data_fds: Mapping[str, int],
     seccomp_fd: int | None = None,
+    egress_dir: Path | None = None,
 ) -> list[str]:
     """The bwrap command line running `command` with `workspace` at /workspace.
 
@@ -195,8 +227,11 @@ def bwrap_argv(
     # namespace a root caller's sandbox would run as real root with all its capabilities,
     # so fail instead.
     argv = [bwrap, "--unshare-all", "--unshare-user"]
-    if network:
-        argv.append("--share-net")
+    # With network the sandbox still keeps its own (empty) network namespace: its only way
+    # out is the egress proxy's socket in `egress_dir` (app/security/egress.py). Sharing
+    # the host's namespace would hand it the host's loopback and LAN unguarded.
+    if network and egress_dir is None:
+        raise SandboxError("network access needs the egress proxy; refusing a shared network")
     if "--disable-userns" in options:
         # A nested user namespace grants capabilities again (inside it): kernel attack
         # surface the command has no use for.
@@ -234,15 +269,20 @@ def bwrap_argv(
         # The source is the host's /proc: same kernel, so the same entries, and reads
         # through it resolve per-namespace files against the reader, i.e. the sandbox.
         argv += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
+    for name in _PROC_MASK:
+        argv += ["--ro-bind-try", "/dev/null", f"/proc/{name}"]
     argv += ["--dev", "/dev"]
     if "--size" in options:
         argv += ["--size", str(TMP_SIZE_BYTES)]
     argv += ["--tmpfs", "/tmp"]
     argv += ["--bind", str(workspace), SANDBOX_WORKSPACE]
+    if network and egress_dir is not None:
+        argv += ["--ro-bind", str(egress_dir), SOCKET_DIR_IN_SANDBOX]
     # The root is a tmpfs bwrap built; left writable, `echo x > /etc/evil` would "succeed"
     # (harmlessly, but it reads like an escape and lets a command fake system files).
     argv += ["--remount-ro", "/", "--chdir", SANDBOX_WORKSPACE, "--clearenv"]
-    for key, value in sandbox_env().items():
+    env = {**sandbox_env(), **(proxy_env() if network else {})}
+    for key, value in env.items():
         argv += ["--setenv", key, value]
     return [*argv, "--", *command]
 
@@ -294,7 +334,9 @@ def _sandbox_inputs() -> Iterator[tuple[dict[str, int], int | None]]:
 # any local user who can reach the data directory. Ownership is all chmod checks, so only a
 # syscall filter stops it: the mode-taking calls fail with EPERM when the mode carries
 # S_ISUID or S_ISGID. openat2 and io_uring are refused with ENOSYS because their modes sit
-# where a filter cannot read them (libc falls back to openat).
+# where a filter cannot read them (libc falls back to openat). The keyring calls (add_key,
+# request_key, keyctl) are refused too: the sandbox shares the host's kernel keyrings, so a
+# command could otherwise read or join the caller's session keyring.
 
 _S_ISUID_ISGID = 0o6000
 _EPERM, _ENOSYS = 1, 38
@@ -309,12 +351,13 @@ _SECCOMP_ARCHES: dict[str, tuple[int, dict[int, int], tuple[int, ...]]] = {
         0xC000003E,
         # open, creat, chmod, fchmod, mknod, openat, mknodat, fchmodat, fchmodat2
         {2: 2, 85: 1, 90: 1, 91: 1, 133: 1, 257: 3, 259: 2, 268: 2, 452: 2},
-        (425, 426, 427, 437),  # io_uring_setup, _enter, _register; openat2
+        # io_uring_setup, _enter, _register; openat2; add_key, request_key, keyctl
+        (425, 426, 427, 437, 248, 249, 250),
     ),
     "aarch64": (
         0xC00000B7,
         {56: 3, 33: 2, 52: 1, 53: 2, 452: 2},  # openat, mknodat, fchmod, fchmodat, fchmodat2
-        (425, 426, 427, 437),
+        (425, 426, 427, 437, 217, 218, 219),
     ),
 }
 _MACHINE_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
@@ -737,8 +780,58 @@ async def run_sandboxed(
     network: bool = False,
     max_output_bytes: int = MAX_OUTPUT_BYTES,
     max_processes: int = MAX_PROCESSES,
+    limits: ResourceLimits | None = None,
+    egress_allow: Sequence[str] = (),
 ) -> CommandResult:
-    """Run `command` with the shell under bwrap, `workspace` at /workspace."""
+    """Run `command` with the shell under bwrap, `workspace` at /workspace.
+
+    With `network`, outbound traffic goes only through an egress proxy applying the SSRF
+    rules with `egress_allow` as the allow-list (see app/security/egress.py).
+    """
+    if not network:
+        return await _run_sandboxed(
+            command,
+            workspace,
+            timeout_s=timeout_s,
+            max_output_bytes=max_output_bytes,
+            max_processes=max_processes,
+            limits=limits,
+            egress=None,
+        )
+    python = bridge_python()
+    if python is None:
+        raise SandboxError(
+            "network access from the sandbox needs python3 on the host (for the egress bridge)"
+        )
+    async with EgressProxy(egress_allow) as proxy:
+        sock = f"{SOCKET_DIR_IN_SANDBOX}/{SOCKET_NAME}"
+        # The bridge binds its port and forks, so the command starts with it listening.
+        wrapped = (
+            f"{shlex.quote(python)} -c {shlex.quote(BRIDGE_SOURCE)} {PROXY_PORT} "
+            f"{shlex.quote(sock)} || {{ echo 'courier: egress bridge failed' >&2; exit 126; }}\n"
+            f"exec {shlex.quote(shell())} -c {shlex.quote(command)}"
+        )
+        return await _run_sandboxed(
+            wrapped,
+            workspace,
+            timeout_s=timeout_s,
+            max_output_bytes=max_output_bytes,
+            max_processes=max_processes,
+            limits=limits,
+            egress=proxy.directory,
+        )
+
+
+async def _run_sandboxed(
+    command: str,
+    workspace: Path,
+    *,
+    timeout_s: float,
+    max_output_bytes: int,
+    max_processes: int,
+    limits: ResourceLimits | None,
+    egress: Path | None,
+) -> CommandResult:
     bwrap = _find_bwrap()
     if bwrap is None:
         raise SandboxError("bwrap (bubblewrap) is not installed")
@@ -747,19 +840,40 @@ async def run_sandboxed(
     await asyncio.to_thread(_bwrap_options, bwrap)  # cached `bwrap --help`, off the loop
     rlimit = await asyncio.to_thread(_nproc_rlimit, max_processes)
     cgroup = await asyncio.to_thread(_PidsCgroup.create, max_processes)
+    memory = (
+        await asyncio.to_thread(MemoryCgroup.create, limits.memory_bytes)
+        if limits is not None
+        else None
+    )
     try:
         prefix: list[str] = []
-        if cgroup is not None:
-            # Join the cgroup before bwrap forks anything: moving bwrap in afterwards would
-            # leave its already-forked children outside the limit.
-            script = 'echo $$ > "$1" && shift && exec "$@"'
-            prefix += ["/bin/sh", "-c", script, "courier-sandbox", str(cgroup.procs)]
+        joins = [str(c.procs) for c in (cgroup, memory) if c is not None]
+        if joins:
+            # Join the cgroups before bwrap forks anything: moving bwrap in afterwards would
+            # leave its already-forked children outside the limits.
+            script = (
+                'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+            )
+            prefix += ["/bin/sh", "-c", script, "courier-sandbox", *joins, "--"]
         prlimit = shutil.which("prlimit", path=SANDBOX_PATH)
         if prlimit is not None:
             # Set before bwrap starts, so a command cannot raise it back (that would need
             # CAP_SYS_RESOURCE on the host). No core dumps: they would land in the
             # workspace, or go to the host's crash handler running as root.
-            prefix += [prlimit, f"--nproc={rlimit}:{rlimit}", "--core=0:0", "--"]
+            prefix += [prlimit, f"--nproc={rlimit}:{rlimit}", "--core=0:0"]
+            if limits is not None:
+                prefix += [
+                    # SIGXCPU at the soft limit (the shell names it), SIGKILL a little
+                    # later for a process that ignores it.
+                    f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + CPU_GRACE_S}",
+                    f"--fsize={limits.file_size_bytes}:{limits.file_size_bytes}",
+                ]
+                if memory is None:
+                    # No memory cgroup here: cap each process's address space instead.
+                    prefix += [f"--as={limits.memory_bytes}:{limits.memory_bytes}"]
+            prefix.append("--")
+        elif limits is not None:
+            _warn_once("prlimit missing: no CPU, file-size or address-space limit per command")
         elif cgroup is None:
             _warn_once("neither prlimit nor a pids cgroup: sandbox process count unlimited")
         if cgroup is None and os.geteuid() == 0:
@@ -769,21 +883,27 @@ async def run_sandboxed(
                 bwrap,
                 root,
                 [shell(), "-c", command],
-                network=network,
+                network=egress is not None,
                 data_fds=fds,
                 seccomp_fd=seccomp,
+                egress_dir=egress,
             )
-            return await _execute(
+            result = await _execute(
                 [*prefix, *argv],
                 timeout_s=timeout_s,
                 max_output_bytes=max_output_bytes,
                 env=_HOST_ENV,
                 pass_fds=_fd_list(fds, seccomp),
             )
+        if memory is not None and await asyncio.to_thread(memory.oom_killed):
+            return dataclasses.replace(result, limit_hit="memory")
+        return result
     finally:
         if cgroup is not None:
             # Shielded: a cancelled turn must still reap the cgroup, or it leaks.
             await asyncio.shield(asyncio.to_thread(cgroup.destroy))
+        if memory is not None:
+            await asyncio.shield(asyncio.to_thread(memory.destroy))
 
 
 async def run_local(
