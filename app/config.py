@@ -39,7 +39,10 @@ def key_problem(key: str) -> str | None:
     """Why `key` is unfit to guard an endpoint that runs tools, or None when it is fine."""
     lowered = key.strip().lower()
     if not lowered:
-        return "COURIER_API_KEY is not set; run `courier keygen` and export the key it prints"
+        return (
+            "COURIER_API_KEY is not set; run `courier keygen` and export the key it prints, "
+            "or put it in a file named by COURIER_API_KEY_FILE"
+        )
     if (
         lowered in _PLACEHOLDER_KEYS
         or lowered.startswith(("password", "sk-xxxx", "changeme", "your-"))
@@ -205,6 +208,40 @@ class KeyConfig(BaseModel):
         return self
 
 
+SECRET_FIELDS = ("api_key", "admin_api_key", "metrics_api_key", "upstream_api_key")
+"""Settings that may come from a file named by `COURIER_<NAME>_FILE` instead."""
+
+
+class SecretFileSource(PydanticBaseSettingsSource):
+    """`COURIER_API_KEY_FILE=/run/secrets/courier_api_key`: the key is that file's content.
+
+    For Docker/compose secrets and systemd credentials: a key in the environment shows in
+    `docker inspect`, in `systemctl show` and in /proc/<pid>/environ to every process of
+    the same user, a key in a root-provided file does not. Read once, here, at startup.
+    """
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads every file at once
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name in SECRET_FIELDS:
+            env_name = f"COURIER_{name.upper()}"
+            path = os.environ.get(f"{env_name}_FILE")
+            if not path:
+                continue
+            if os.environ.get(env_name):
+                raise ConfigError(f"set {env_name} or {env_name}_FILE, not both")
+            try:
+                value = Path(path).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+                raise ConfigError(f"{env_name}_FILE={path}: cannot read it ({reason})") from None
+            # Editors and `echo` add a final newline; the key itself never has one.
+            values[name] = value.strip()
+        return values
+
+
 def _toml_path() -> Path | None:
     raw = os.environ.get("COURIER_CONFIG")
     return Path(raw) if raw else None
@@ -245,6 +282,11 @@ class Settings(BaseSettings):
     """Connections per upstream; None = `max_concurrent_turns`. Never below it: a smaller
     pool would silently queue streams behind each other."""
     log_level: str = "info"
+    log_format: Literal["text", "json"] = "text"
+    """`json`: one JSON object per line with request, session and turn ids, never content."""
+    drain_timeout_s: int = Field(default=5, ge=1, le=3600)
+    """On SIGTERM, how long open requests may finish before they are cut. A supervisor's stop
+    timeout (compose `stop_grace_period`, systemd `TimeoutStopSec`) must be longer."""
     implicit_sessions: bool = True
     """Off: a request without a session id always starts a new session (every profile)."""
     cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
@@ -321,7 +363,11 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [
+            init_settings,
+            env_settings,
+            SecretFileSource(settings_cls),
+        ]
         path = _toml_path()
         if path is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))

@@ -5,6 +5,7 @@ Nothing is built at import time, so tests can create apps with their own setting
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -33,16 +34,19 @@ from app.routes import approvals as approval_routes
 from app.routes import (
     capabilities,
     chat,
+    console,
     health,
     models,
     openapi,
     responses,
     sessions,
     tokens,
+    usage,
 )
 from app.routes import metrics as metrics_routes
 from app.routes.cors import CorsMiddleware
 from app.routes.head import HeadAsGet
+from app.routes.request_log import RequestLogMiddleware
 from app.security.approvals import ApprovalGate, ApprovalPolicy
 from app.security.auth import Authenticator
 from app.security.headers import SECURITY_HEADERS, SecurityHeaders
@@ -54,6 +58,7 @@ from app.session_service import SessionService
 from app.state import AppState
 from app.tools.plugins import load_plugin_tools
 from app.tools.registry import ToolRegistry
+from app.tools.sandbox import sandbox_status
 from app.tools.terminal import terminal_tools
 from app.tools.todo import state_tools
 from app.tools.web import web_tools
@@ -130,6 +135,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     turns = TurnManager(store, metrics, max_running=settings.max_concurrent_turns)
     clients = UpstreamClients(max_connections=settings.upstream_pool_size())
     providers = build_providers(settings, clients)
+    # Probed now rather than at the first command, so the startup log already says whether
+    # the terminal tool is offered and, if not, why (a container without the options).
+    await asyncio.to_thread(sandbox_status)
     tools = ToolRegistry(
         [
             *workspace_tools(),
@@ -228,6 +236,13 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(tokens.router)
     app.add_middleware(HeadAsGet)
     app.add_middleware(CorsMiddleware, origins=settings.cors_origins)
+    app.include_router(usage.router)
+    app.include_router(console.router)
     # Outermost, so CORS preflights and HEAD answers carry the headers too.
     app.add_middleware(SecurityHeaders)
+    if settings.log_format == "json":
+        # Only for structured logs: a formatted line per request costs the hot path CPU,
+        # and text mode keeps no access log at all. Added last: outermost, so every
+        # response, refusals included, gets its request id.
+        app.add_middleware(RequestLogMiddleware)
     return app

@@ -147,14 +147,14 @@ def test_an_older_database_gains_new_columns(tmp_path: Path) -> None:
 
 
 def test_bulk_paths_round_trip_every_field(tmp_path: Path) -> None:
-    # create_session inserts and active_messages reads with hand-written SQL (for speed);
+    # create_session inserts and active_messages reads with Core statements (for speed);
     # they must agree with the ORM paths on every column, including ones added later.
     from app.db import store as store_module
     from app.db.models import MessageRow
 
     columns = set(MessageRow.__table__.columns.keys())
-    inserted = store_module._INSERT_MESSAGE.split("(", 1)[1].split(")", 1)[0]
-    assert {c.strip() for c in inserted.split(",")} == columns - {"id"}
+    values = store_module._message_values(NewMessage(role="user"), session_id="s", turn_id=None)
+    assert set(values) == columns - {"id"}
     s = Store.open(tmp_path / "rt.db")
     full = NewMessage(
         role="assistant",

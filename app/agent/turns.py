@@ -19,6 +19,7 @@ from app.agent.loop import TurnContext, run_turn
 from app.agent.turn_log import log_turn
 from app.db.instance import new_lease_token as new_lease_token
 from app.db.store import Store
+from app.logs import bind_turn
 from app.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -243,6 +244,7 @@ class TurnManager:
         self, ctx: TurnContext, handle: TurnHandle, on_finish: OnFinish | None
     ) -> TurnFinished:
         finished: TurnFinished | None = None
+        bind_turn(session=ctx.session_id, turn=handle.turn_id)
         started = time.monotonic()
         self.metrics.in_flight.inc()
         try:

@@ -147,6 +147,8 @@ def retract_after(
         except Exception:
             db.rollback()
             raise
+    # The store keeps a leased session's live log in memory: a retraction rewrites it.
+    store._forget_live(session_id)
     return int(getattr(result, "rowcount", 0))
 
 

@@ -78,7 +78,7 @@ def get_minter(request: Request, state: StateDep) -> Principal:
     return authenticate(request, state, CHAT, "admin")
 
 
-async def get_admin_principal(request: Request, state: StateDep) -> Principal:
+def get_admin_principal(request: Request, state: StateDep) -> Principal:
     return authenticate(request, state, ADMIN)
 
 
