@@ -57,6 +57,10 @@ class ResponseRun:
     """The final Response body and how the turn ended."""
 
 
+class TokenSessionMismatch(Exception):
+    """The caller's token is bound to a session this response would not continue."""
+
+
 class ResponseNotFound(Exception):
     """No such response for this caller (another key's answers the same: no oracle)."""
 
@@ -80,7 +84,9 @@ class ResponsesServing:
     ) -> ResponseRow:
         row = q.get_response(self.store, response_id=response_id)
         # Another key's response answers exactly like a missing one.
-        if row is None or row.retracted or (row.owner != principal.owner and not principal.admin):
+        foreign = row is not None and row.owner != principal.owner and not principal.admin
+        unbound = row is not None and principal.session_id not in (None, row.session_id)
+        if row is None or row.retracted or foreign or unbound:
             raise ResponseNotFound(response_id, param)
         return row
 
@@ -92,6 +98,9 @@ class ResponsesServing:
             log.info("responses: ignoring unsupported request fields: %s", ", ".join(ignored))
         translated = input_messages(request)
         session_id = self._continued_session(request, principal)
+        if principal.session_id is not None and session_id != principal.session_id:
+            # A token bound to one session may not start (or fork into) another.
+            raise TokenSessionMismatch(principal.session_id)
         first = q.max_message_id(self.store, session_id=session_id) + 1 if session_id else 0
         try:
             chat = ChatCompletionRequest.model_validate(chat_body(request, translated.messages))

@@ -148,7 +148,7 @@ def retract_after(
             db.rollback()
             raise
     # The store keeps a leased session's live log in memory: a retraction rewrites it.
-    store._forget_live(session_id)
+    store.forget_live(session_id)
     return int(getattr(result, "rowcount", 0))
 
 

@@ -18,10 +18,15 @@ from app.db.session_models import ResponseRow
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.render import error_payload, retry_headers, tool_event_payload
 from app.protocol.responses import EventRenderer, ResponseCreateRequest
-from app.responses_serving import ResponseNotFound, ResponseRun, ResponsesServing
+from app.responses_serving import (
+    ResponseNotFound,
+    ResponseRun,
+    ResponsesServing,
+    TokenSessionMismatch,
+)
 from app.routes.body import parse_json_object
 from app.routes.chat import retry_of
-from app.routes.deps import PrincipalDep, StateDep, read_limited_body
+from app.routes.deps import PrincipalDep, StateDep, read_limited_body, turn_slot
 from app.security.auth import Principal
 from app.state import AppState
 
@@ -60,10 +65,23 @@ def parse_request(body: bytes) -> ResponseCreateRequest:
 async def create_response(request: Request, state: StateDep, principal: PrincipalDep) -> Response:
     raw = await read_limited_body(request, state.settings.max_body_bytes)
     body = parse_request(raw)
+    slot = turn_slot(state, principal)
     try:
         run = serving(state).start(body, principal, retry=retry_of(request, b"responses\n" + raw))
     except ResponseNotFound as exc:
+        slot.release()
         raise not_found(exc) from None
+    except TokenSessionMismatch:
+        slot.release()
+        raise ApiError(
+            403,
+            "this token is bound to one session; continue it with previous_response_id",
+            code="token_session_mismatch",
+        ) from None
+    except BaseException:
+        slot.release()
+        raise
+    slot.bind(run.handle.task)
     headers = {"X-Session-Id": run.shell.session_id} if body.store else {}
     if ignored := body.ignored_fields():
         # Named, not silently dropped: the same courtesy the chat route gives.

@@ -31,13 +31,18 @@ def _not_found(session_id: str) -> ApiError:
     return ApiError(404, f"session '{session_id}' not found", code="session_not_found")
 
 
+def visible_to(principal: Principal, session: SessionRow) -> bool:
+    """Its owner's or the admin's; a token bound to one session sees only that one."""
+    if principal.session_id is not None and principal.session_id != session.id:
+        return False
+    return session.owner == principal.owner or principal.admin
+
+
 def owned_session(state: AppState, principal: Principal, session_id: str) -> SessionRow:
     """The session if the caller may see it; the cheap check for routes that need no totals."""
     session = state.store.get_session(session_id=session_id)
-    if session is None or (session.owner != principal.owner and not principal.admin):
+    if session is None or not visible_to(principal, session):
         raise _not_found(session_id)
-    if principal.session_id is not None and principal.session_id != session_id:
-        raise _not_found(session_id)  # a token bound to another session sees only that one
     if not principal.admin and q.is_retracted(state.store, session_id=session_id):
         raise _not_found(session_id)
     return session
@@ -45,9 +50,7 @@ def owned_session(state: AppState, principal: Principal, session_id: str) -> Ses
 
 def owned_summary(state: AppState, principal: Principal, session_id: str) -> q.SessionSummary:
     summary = q.session_summary(state.store, session_id=session_id)
-    if summary is None or (summary.session.owner != principal.owner and not principal.admin):
-        raise _not_found(session_id)
-    if principal.session_id is not None and principal.session_id != session_id:
+    if summary is None or not visible_to(principal, summary.session):
         raise _not_found(session_id)
     if summary.retracted and not principal.admin:
         raise _not_found(session_id)
@@ -93,6 +96,8 @@ async def list_sessions(
         before=cursor or after,
         include_retracted=principal.admin,
     )
+    # A token bound to one session lists only that one.
+    rows = [r for r in rows if visible_to(principal, r.session)]
     # Pricing is CPU work: off the event loop, so running streams keep flowing.
     data = await asyncio.to_thread(lambda: [session_json(state, r) for r in rows])
     return {
@@ -116,6 +121,8 @@ async def search(
     if not terms:
         raise ApiError(400, "q has no searchable words", param="q", code="invalid_query")
     hits = search_sessions(state.store, owner=principal.owner, terms=terms, limit=limit)
+    if principal.session_id is not None:
+        hits = [h for h in hits if h.session_id == principal.session_id]
     titles = q.titles(state.store, session_ids=[h.session_id for h in hits])
     return {
         "object": "list",

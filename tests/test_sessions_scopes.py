@@ -1,0 +1,82 @@
+"""The sessions and Responses APIs under scopes and session-bound tokens: a token bound to
+one session sees and continues only that session; reading needs `sessions:read`, forking
+and retracting need `chat`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.server import Server, sim_env
+from tests.support.sim import Simulator
+
+SECRET = "token-secret-" + "y" * 40
+
+
+@pytest.fixture(scope="module")
+def srv(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    data: Path = tmp_path_factory.mktemp("scopes")
+    env = sim_env(simulator.base_url, COURIER_TOKENS_ENABLED="true", COURIER_TOKEN_SECRET=SECRET)
+    server = Server(data_dir=data, env=env).start()
+    yield server
+    server.stop()
+
+
+def _h(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _respond(
+    srv: Server, sim: Simulator, headers: dict[str, str], **body: object
+) -> httpx.Response:
+    sim.script([{"reply": {"text": "ok"}}])
+    return httpx.post(
+        f"{srv.base_url}/v1/responses",
+        json={"model": "courier", "input": "hello there", **body},
+        headers=headers,
+        timeout=30,
+    )
+
+
+def _mint(srv: Server, **body: object) -> str:
+    resp = httpx.post(f"{srv.base_url}/v1/tokens", json=body, headers=srv.headers())
+    assert resp.status_code == 200, resp.text
+    token: str = resp.json()["token"]
+    return token
+
+
+def test_a_bound_token_sees_and_continues_only_its_session(srv: Server, sim: Simulator) -> None:
+    mine = _respond(srv, sim, srv.headers()).json()
+    other = _respond(srv, sim, srv.headers()).json()
+    token = _mint(srv, scopes=["chat", "sessions:read"], session_id=mine["session_id"])
+    base = srv.base_url
+    listed = httpx.get(f"{base}/v1/sessions", headers=_h(token)).json()["data"]
+    assert [s["id"] for s in listed] == [mine["session_id"]]
+    assert (
+        httpx.get(f"{base}/v1/sessions/{other['session_id']}", headers=_h(token)).status_code == 404
+    )
+    found = httpx.get(f"{base}/v1/sessions/search", params={"q": "hello"}, headers=_h(token))
+    assert {h["session_id"] for h in found.json()["data"]} == {mine["session_id"]}
+    assert httpx.get(f"{base}/v1/responses/{other['id']}", headers=_h(token)).status_code == 404
+    # A new response would start another session: refused; continuing its own works.
+    fresh = _respond(srv, sim, _h(token))
+    assert fresh.status_code == 403 and fresh.json()["error"]["code"] == "token_session_mismatch"
+    cont = _respond(srv, sim, _h(token), previous_response_id=mine["id"])
+    assert cont.status_code == 200, cont.text
+    assert cont.json()["session_id"] == mine["session_id"]
+    foreign = _respond(srv, sim, _h(token), previous_response_id=other["id"])
+    assert foreign.status_code == 404
+
+
+def test_reading_and_writing_need_their_scopes(srv: Server, sim: Simulator) -> None:
+    sid = _respond(srv, sim, srv.headers()).json()["session_id"]
+    reader = _mint(srv, scopes=["sessions:read"], session_id=sid)
+    base = srv.base_url
+    assert httpx.get(f"{base}/v1/sessions/{sid}/messages", headers=_h(reader)).status_code == 200
+    assert httpx.post(f"{base}/v1/sessions/{sid}/fork", headers=_h(reader)).status_code == 403
+    assert httpx.delete(f"{base}/v1/sessions/{sid}", headers=_h(reader)).status_code == 403
+    chatter = _mint(srv, scopes=["chat"], session_id=sid)
+    assert httpx.get(f"{base}/v1/sessions/{sid}", headers=_h(chatter)).status_code == 403
