@@ -34,8 +34,8 @@ from app.routes import chat, console, health, models, sessions, tokens, usage
 from app.routes import metrics as metrics_routes
 from app.routes.cors import CorsMiddleware
 from app.routes.head import HeadAsGet
-from app.security.approvals import ApprovalGate, ApprovalPolicy
 from app.routes.request_log import RequestLogMiddleware
+from app.security.approvals import ApprovalGate, ApprovalPolicy
 from app.security.auth import Authenticator
 from app.security.headers import SECURITY_HEADERS, SecurityHeaders
 from app.security.limits import Limits
