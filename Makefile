@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit clean lock soak image-test browser-test
+.PHONY: install demo test lint typecheck unit clean lock soak node-deps image-test browser-test
 
 # The terminal tool runs commands under bubblewrap: without `bwrap` the tool is not offered
 # and its sandbox tests fail, so a fresh Debian machine gets it here. A no-op once present.
@@ -41,8 +41,23 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: install
+unit: install node-deps
 	$(BIN)/python -m pytest -q
+
+# The JavaScript client tests (Vercel AI SDK) need node and their npm packages. Without
+# node they skip with that reason, so a machine without it still runs everything else.
+NODE_DIR := tests/node
+node-deps:
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+	  if [ ! -d $(NODE_DIR)/node_modules ] || \
+	     [ $(NODE_DIR)/package-lock.json -nt $(NODE_DIR)/node_modules ]; then \
+	    echo "installing the npm clients for tests/node"; \
+	    (cd $(NODE_DIR) && npm ci --no-audit --no-fund --loglevel=error) && \
+	      touch $(NODE_DIR)/node_modules; \
+	  fi; \
+	else \
+	  echo "node/npm not found: the JavaScript client tests (openai Node SDK, Vercel AI SDK) will skip; install nodejs and npm to run them"; \
+	fi
 
 test: lint typecheck unit
 
@@ -80,4 +95,4 @@ lock:
 	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 -c requirements.lock -o requirements-runtime.lock
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache $(NODE_DIR)/node_modules

@@ -29,8 +29,20 @@ from app.protocol.limits import shutdown_worker
 from app.providers.base import Provider
 from app.providers.clients import UpstreamClients
 from app.providers.factory import DEFAULT_BASE_URLS, build_provider
+from app.responses_serving import ResponsesServing
 from app.routes import approvals as approval_routes
-from app.routes import chat, console, health, models, sessions, tokens, usage
+from app.routes import (
+    capabilities,
+    chat,
+    console,
+    health,
+    models,
+    openapi,
+    responses,
+    sessions,
+    tokens,
+    usage,
+)
 from app.routes import metrics as metrics_routes
 from app.routes.cors import CorsMiddleware
 from app.routes.head import HeadAsGet
@@ -42,6 +54,7 @@ from app.security.limits import Limits
 from app.security.redact import install as install_redaction
 from app.security.tokens import TokenIssuer
 from app.serving import ChatServing
+from app.session_service import SessionService
 from app.state import AppState
 from app.tools.plugins import load_plugin_tools
 from app.tools.registry import ToolRegistry
@@ -136,25 +149,30 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     auth = build_authenticator(settings)
     approvals = build_gate(settings, store, auth)
+    chat_serving = ChatServing(
+        settings=settings,
+        store=store,
+        turns=turns,
+        tools=tools,
+        providers=providers,
+        metrics=metrics,
+        approvals=approvals,
+    )
     app.state.courier = AppState(
         settings=settings,
         store=store,
         auth=auth,
         turns=turns,
         providers=providers,
-        chat=ChatServing(
-            settings=settings,
-            store=store,
-            turns=turns,
-            tools=tools,
-            providers=providers,
-            metrics=metrics,
-            approvals=approvals,
-        ),
+        chat=chat_serving,
         started_at=int(time.time()),
         metrics=metrics,
         approvals=approvals,
         limits=Limits(max_concurrent_turns=settings.max_concurrent_turns),
+        responses=ResponsesServing(
+            chat=chat_serving,
+            sessions=SessionService(store=store, chat=chat_serving, turns=turns),
+        ),
     )
     if settings.metrics_port:
         # Loopback only: this listener has no auth, so it must not be reachable from outside.
@@ -210,6 +228,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(models.router)
     app.include_router(chat.router)
     app.include_router(sessions.router)
+    app.include_router(responses.router)
+    app.include_router(capabilities.router)
+    app.include_router(openapi.router)
     app.include_router(metrics_routes.router)
     app.include_router(approval_routes.router)
     app.include_router(tokens.router)

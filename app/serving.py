@@ -61,6 +61,7 @@ from app.db.chat_store import (
     retract_after,
 )
 from app.db.models import SessionRow
+from app.db.session_query import is_retracted
 from app.db.store import NewMessage, Store
 from app.metrics import Metrics
 from app.protocol.errors import ApiError
@@ -552,7 +553,11 @@ class ChatServing:
     def _owned_session(self, principal: Principal, session_id: str) -> SessionRow:
         session = self.store.get_session(session_id=session_id)
         # Another key's session answers exactly like a missing one: no existence oracle.
-        if session is None or (session.owner != principal.owner and not principal.admin):
+        if (
+            session is None
+            or (session.owner != principal.owner and not principal.admin)
+            or is_retracted(self.store, session_id=session_id)
+        ):
             raise ApiError(
                 404,
                 f"session '{session_id}' not found",

@@ -9,6 +9,7 @@ from app.config import Settings
 from app.db.store import Store
 from app.metrics import Metrics
 from app.providers.base import Provider
+from app.responses_serving import ResponsesServing
 from app.security.approvals import ApprovalGate
 from app.security.auth import Authenticator
 from app.security.limits import Limits
@@ -27,3 +28,5 @@ class AppState:
     metrics: Metrics
     approvals: ApprovalGate
     limits: Limits
+    responses: ResponsesServing
+    """The Responses API on top of `chat`; it owns the tasks that record responses."""

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
+from tests.support.compat import compat_servers  # noqa: F401  (pytest fixtures)
 from tests.support.fixtures import sim, simulator  # noqa: F401  (pytest fixtures)
 from tests.support.server import Server, sim_env
 from tests.support.sim import Simulator

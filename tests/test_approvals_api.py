@@ -20,7 +20,7 @@ from tests.support.approvals import (
     pending,
     tool_results,
 )
-from tests.support.server import API_KEY, Server, sim_env
+from tests.support.server import Server, sim_env
 from tests.support.sim import Simulator
 
 WIPE = "cd junk && rm -rf *"
@@ -331,10 +331,6 @@ def test_approvals_off_still_holds_the_floor(
     assert resp.status_code == 200
     [result] = tool_results(sim)
     assert result.startswith("error: refused by policy") and "sudo -S" in result
-
-
-def test_api_key_constant_is_the_default_key() -> None:
-    assert API_KEY  # the shared test key: these servers name its principal "default"
 
 
 def test_a_decision_after_the_client_left_gets_409(

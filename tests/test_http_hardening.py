@@ -134,6 +134,14 @@ def test_the_subprocess_log_holds_no_key(sim: Simulator, tmp_path: Path) -> None
     server = Server(data_dir=tmp_path, env=env).start()
     try:
         base = server.base_url
+        sim.script([{"reply": {"text": "ok"}}])
+        turn = httpx.post(
+            f"{base}/v1/chat/completions",
+            json={"model": "courier", "messages": [{"role": "user", "content": key}], key: 1},
+            headers=server.headers(),
+            timeout=30,
+        )
+        assert turn.status_code == 200, turn.text
         httpx.get(f"{base}/v1/models?key={key}", headers=server.headers())
         httpx.get(f"{base}/v1/{key}", headers=server.headers())
         httpx.post(
@@ -144,5 +152,5 @@ def test_the_subprocess_log_holds_no_key(sim: Simulator, tmp_path: Path) -> None
     finally:
         server.stop()
     log = server.log()
-    assert "GET /v1/models?key=" in log  # uvicorn's access log ran, with the query
+    assert "turn=" in log  # the per-turn line was written: the log is not simply empty
     assert key not in log

@@ -60,7 +60,7 @@ def loc_to_param(loc: Sequence[int | str]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("body",) and not out:
+        elif part in ("body", "query", "path", "header") and not out:
             continue
         else:
             out += f".{part}" if out else str(part)

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from app.protocol.errors import ApiError
-from app.security.auth import APPROVALS, CHAT, METRICS, SESSIONS_READ, Principal
+from app.security.auth import ADMIN, APPROVALS, CHAT, METRICS, SESSIONS_READ, Principal
 from app.security.limits import LimitExceeded, TurnSlot
 from app.state import AppState
 
@@ -78,7 +78,12 @@ def get_minter(request: Request, state: StateDep) -> Principal:
     return authenticate(request, state, CHAT, "admin")
 
 
+def get_admin_principal(request: Request, state: StateDep) -> Principal:
+    return authenticate(request, state, ADMIN)
+
+
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+AdminPrincipalDep = Annotated[Principal, Depends(get_admin_principal)]
 MetricsPrincipalDep = Annotated[Principal, Depends(get_metrics_principal)]
 ReaderDep = Annotated[Principal, Depends(get_reader)]
 ApproverDep = Annotated[Principal, Depends(get_approver)]
