@@ -86,6 +86,12 @@ def _doctor(args: argparse.Namespace) -> int:
     return status
 
 
+def _mint(args: argparse.Namespace) -> int:
+    from app.ops.tokens import mint
+
+    return mint(args)
+
+
 def _records(name: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         from app.db.operator_store import StoreMissing
@@ -131,6 +137,18 @@ def _add_records(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     usage.add_argument("--days", type=int, default=0, help="only the last N days (0: all)")
     store_args(usage)
     usage.set_defaults(func=_records("usage"))
+
+    tokens = sub.add_parser("tokens", help="short-lived tokens")
+    token_verbs = tokens.add_subparsers(dest="verb", required=True)
+    mint = token_verbs.add_parser("mint", help="mint a token with the server's secret")
+    mint.add_argument("--key", default="default", help="the key the token stands for, by name")
+    mint.add_argument(
+        "--scope", action="append", help="a scope to grant (repeatable; default: chat)"
+    )
+    mint.add_argument("--ttl", type=int, default=900, help="seconds until it expires (max 3600)")
+    mint.add_argument("--session", help="bind the token to this session id")
+    mint.add_argument("--json", action="store_true", help="token, expiry and scopes as JSON")
+    mint.set_defaults(func=_mint)
 
     keys = sub.add_parser("keys", help="key utilities")
     key_verbs = keys.add_subparsers(dest="verb", required=True)

@@ -57,7 +57,7 @@ def test_json_lines_carry_ids_and_no_content(json_server: Server, sim: Simulator
     assert chat["request_id"] == "client-req-1"
     assert chat["session_id"] == session
     assert chat["status"] == 200 and chat["method"] == "POST"
-    finished = next(r for r in logged if r["msg"].startswith("turn finished"))
+    finished = next(r for r in logged if r["logger"] == "courier.turn")
     assert finished["session_id"] == session
     assert finished["turn_id"].startswith("turn_")
     assert finished["request_id"] == "client-req-1"  # the turn's task inherits the request's

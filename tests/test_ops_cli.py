@@ -261,10 +261,43 @@ def test_a_wrong_data_dir_is_named_not_created(tmp_path: Path) -> None:
 def test_keys_hash_reads_stdin_and_prints_digest_and_owner() -> None:
     result = courier("keys", "hash", env={}, stdin=STRONG_KEY + "\n")
     digest = hashlib.sha256(STRONG_KEY.encode()).hexdigest()
-    assert result.stdout.splitlines()[0] == f"sha256:{digest}"
+    assert result.stdout.splitlines()[0] == f'key_sha256 = "{digest}"'
     assert fingerprint(STRONG_KEY) in result.stdout and STRONG_KEY not in result.stdout
     assert courier("keys", "hash", env={}, stdin="").returncode == 2
 
 
 def test_sandbox_module_exposes_the_status_the_doctor_reads() -> None:
     assert sandbox.sandbox_status().profile is not None  # this host runs the full sandbox
+
+
+TOKEN_SECRET = "a-token-secret-of-at-least-32-bytes-0123"
+
+
+def test_tokens_mint_makes_a_token_the_server_accepts(simulator: Simulator, tmp_path: Path) -> None:
+    env = sim_env(simulator.base_url, COURIER_TOKENS_ENABLED="1", COURIER_TOKEN_SECRET=TOKEN_SECRET)
+    srv = Server(data_dir=tmp_path / "data", env=env).start()
+    try:
+        cli_env = {**env, "COURIER_DATA_DIR": str(tmp_path / "data")}
+        minted = courier("tokens", "mint", "--ttl", "60", "--json", env=cli_env)
+        assert minted.returncode == 0, minted.stderr
+        token = json.loads(minted.stdout)
+        assert token["scopes"] == ["chat"]
+        ok = httpx.get(
+            f"{srv.base_url}/v1/models", headers={"Authorization": f"Bearer {token['token']}"}
+        )
+        assert ok.status_code == 200
+        # Refusals name the reason and exit 2: a scope the key lacks, an unknown key, too long.
+        for args, says in (
+            (("--scope", "admin"), "lacks"),
+            (("--key", "nobody"), "no key named"),
+            (("--ttl", "86400"), "ttl_s"),
+        ):
+            refused = courier("tokens", "mint", *args, env=cli_env)
+            assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+    finally:
+        srv.stop()
+
+
+def test_tokens_mint_says_when_tokens_are_off(good_env: dict[str, str]) -> None:
+    result = courier("tokens", "mint", env=good_env)
+    assert result.returncode == 2 and "not enabled" in result.stderr

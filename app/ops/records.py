@@ -203,8 +203,11 @@ def keys_hash(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if not key:
         print("courier: no key on stdin", file=sys.stderr)
         return 2
-    out.write(f"sha256:{hashlib.sha256(key.encode()).hexdigest()}\n")
-    out.write(f"# owner id in the store and in `courier usage`: {fingerprint(key)}\n")
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    out.write(f'key_sha256 = "{digest}"\n')
+    out.write(
+        f"# for a [[keys]] entry in the TOML config; owner id in the store: {fingerprint(key)}\n"
+    )
     return 0
 
 
