@@ -130,6 +130,9 @@ class Profile(BaseModel):
     """Continue the stored conversation a request without a session id resends."""
     prefill: bool | None = None
     """Continue a trailing assistant message; None = what the wire supports (Anthropic)."""
+    max_continuations: int = Field(default=2, ge=0, le=20)
+    """Follow-up calls that continue a text answer cut by the output token limit; past
+    them the turn ends `truncated` with `finish_reason: length`."""
 
 
 def _toml_path() -> Path | None:
@@ -192,6 +195,7 @@ class Settings(BaseSettings):
     cache_strategy: Literal["planner", "naive", "none"] = "planner"
     upstream_retry_attempts: int = Field(default=3, ge=1, le=10)
     upstream_retry_base_delay_s: float = Field(default=2.0, ge=0)
+    max_continuations: int = Field(default=2, ge=0, le=20)
 
     tool_plugins: str = ""
     """Comma-separated `module:attribute` names of extra tools, imported once at startup."""
@@ -278,6 +282,7 @@ class Settings(BaseSettings):
             max_iterations=self.max_iterations,
             retry_attempts=self.upstream_retry_attempts,
             retry_base_delay_s=self.upstream_retry_base_delay_s,
+            max_continuations=self.max_continuations,
             terminal_backend=self.terminal_backend,
             network=self.tool_network,
             cache_strategy=self.cache_strategy,

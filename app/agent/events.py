@@ -19,6 +19,8 @@ ExitReason = Literal[
     "spend_limit",
     "internal_error",
     "invalid_output",
+    "truncated",
+    "empty_reply",
 ]
 
 

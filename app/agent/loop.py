@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from app.agent.ledger import CallSite, Timing
 from app.agent.ledger import record_call as record_call_at
 from app.agent.projection import project
 from app.agent.repair import close_unanswered_calls
+from app.agent.second_look import close_cut_calls, cut_calls, empty_reply_error, second_look
 from app.agent.structured import REPAIR_NOTE, output_problem
 from app.agent.tool_step import BatchRunner, limit_parallel, repair_calls, split_calls
 from app.config import Profile
@@ -172,6 +174,15 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
                 state.iterations -= 1
                 await preflight(ctx, summariser(ctx, state), turn_start=False, force=True)
                 continue
+            looked = await second_look(
+                reply,
+                functools.partial(call_model, ctx, state, final=final),
+                max_continuations=ctx.profile.max_continuations,
+            )
+            if looked.empty:
+                error = empty_reply_error(side_effects=state.tools_ran > 0)
+                return state.finished("empty_reply", error=error)
+            reply = looked.reply
             calls = () if final else reply.tool_calls(f"call_{ctx.turn_id}_{state.iterations}")
             calls = repair_calls(
                 calls, ctx.tools, truncated=reply.finish == "length", client=ctx.client_tools
@@ -187,7 +198,17 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
             if final:
                 return state.finished("budget_exhausted", reply.finish)
             if not calls:
-                return state.finished("completed", reply.finish)
+                return state.finished(
+                    "truncated" if looked.truncated else "completed", reply.finish
+                )
+            calls = close_cut_calls(
+                ctx.store,
+                session_id=ctx.session_id,
+                lease=ctx.lease,
+                turn_id=ctx.turn_id,
+                calls=calls,
+                cut=cut_calls(reply, calls),
+            )
             server_calls, client_calls = split_calls(calls, ctx.client_tools)
             if server_calls:
                 state.tools_ran += len(server_calls)
@@ -236,7 +257,12 @@ async def conform(
 
 
 async def call_model(
-    ctx: TurnContext, state: TurnState, *, final: bool, tail: tuple[Message, ...] = ()
+    ctx: TurnContext,
+    state: TurnState,
+    *,
+    final: bool,
+    tail: tuple[Message, ...] = (),
+    joined: bool = False,
 ) -> Reply:
     """One upstream call: build the request, stream it, record usage and cost."""
     checked = await preflight(ctx, summariser(ctx, state), turn_start=state.calls == 0)
@@ -247,7 +273,7 @@ async def call_model(
     started = time.monotonic()
     first_byte: float | None = None
     state.in_flight = Reply()
-    separate = state.emitted_text
+    separate = state.emitted_text and not joined  # a continuation goes on mid-sentence
     try:
         async for event in stream_with_retry(
             ctx.provider,
