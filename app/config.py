@@ -130,6 +130,9 @@ class Profile(BaseModel):
     """Continue the stored conversation a request without a session id resends."""
     prefill: bool | None = None
     """Continue a trailing assistant message; None = what the wire supports (Anthropic)."""
+    fallback: tuple[str, ...] = ()
+    """Profiles to send the same request to, in order, when this one's upstream cannot
+    serve it (an outage, exhausted keys, an unknown model)."""
     max_continuations: int = Field(default=2, ge=0, le=20)
     """Follow-up calls that continue a text answer cut by the output token limit; past
     them the turn ends `truncated` with `finish_reason: length`."""
@@ -196,6 +199,8 @@ class Settings(BaseSettings):
     upstream_retry_attempts: int = Field(default=3, ge=1, le=10)
     upstream_retry_base_delay_s: float = Field(default=2.0, ge=0)
     max_continuations: int = Field(default=2, ge=0, le=20)
+    fallback: Annotated[tuple[str, ...], NoDecode] = ()
+    """Default profile: fallback profile names, a JSON list or comma-separated."""
 
     tool_plugins: str = ""
     """Comma-separated `module:attribute` names of extra tools, imported once at startup."""
@@ -218,7 +223,7 @@ class Settings(BaseSettings):
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
         return tuple(sources)
 
-    @field_validator("cors_origins", "model_aliases", mode="before")
+    @field_validator("cors_origins", "model_aliases", "fallback", mode="before")
     @classmethod
     def _list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -264,6 +269,10 @@ class Settings(BaseSettings):
         names = [p.name for p in self.all_profiles()]
         if len(names) != len(set(names)):
             raise ValueError(f"profile names must be unique, got {names}")
+        for p in self.all_profiles():
+            unknown = [n for n in p.fallback if n not in names or n == p.name]
+            if unknown:
+                raise ValueError(f"profile {p.name}: fallback names unknown profiles {unknown}")
         return self
 
     def default_profile(self) -> Profile:
@@ -283,6 +292,7 @@ class Settings(BaseSettings):
             retry_attempts=self.upstream_retry_attempts,
             retry_base_delay_s=self.upstream_retry_base_delay_s,
             max_continuations=self.max_continuations,
+            fallback=self.fallback,
             terminal_backend=self.terminal_backend,
             network=self.tool_network,
             cache_strategy=self.cache_strategy,

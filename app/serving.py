@@ -21,6 +21,7 @@ from app.agent.cache_planner import StablePrefixRegistry
 from app.agent.compressor import Compressor
 from app.agent.continuity import VisibleMessage, chain, extend, scope_seed
 from app.agent.events import ClientToolCalls, TurnFinished, TurnText
+from app.agent.fallback import Route
 from app.agent.loop import TurnContext
 from app.agent.projection import INTERRUPTED_RESULT, unanswered_calls
 from app.agent.prompt import build_prompt, recover_stable_boundary, stable_tier
@@ -619,6 +620,13 @@ class ChatServing:
             tool_choice=choice,
             parallel_tool_calls=request.parallel_tool_calls,
             output_format=fmt,
+            fallbacks=self.fallback_routes(profile),
+        )
+
+    def fallback_routes(self, profile: Profile) -> tuple[Route, ...]:
+        return tuple(
+            Route(self.profiles[n], self.providers[n], price_override(self.profiles[n]))
+            for n in profile.fallback
         )
 
     # ------------------------------------------------------------------ relay turns

@@ -26,6 +26,7 @@ from app.agent.events import (
     TurnReasoning,
     TurnText,
 )
+from app.agent.fallback import Route, fall_back
 from app.agent.ledger import CallSite, Timing
 from app.agent.ledger import record_call as record_call_at
 from app.agent.projection import project
@@ -94,6 +95,8 @@ class TurnContext:
     parallel_tool_calls: bool | None = None
     output_format: OutputFormat | None = None
     """The client's `response_format`: the final answer is checked against it."""
+    fallbacks: tuple[Route, ...] = ()
+    """The profile's fallback chain still unused this turn, next first."""
 
     @property
     def tool_context(self) -> ToolContext:
@@ -121,6 +124,8 @@ class TurnState:
     runner: BatchRunner | None = None
     overflow_retries: int = 0
     tools_ran: int = 0
+    routes: tuple[str, ...] = ()
+    """Profiles this turn went through, in order, once it fell back; else empty."""
 
     def tools(self, ctx: TurnContext) -> BatchRunner:
         """The turn's tool runner; one per turn so the spill budget spans its batches."""
@@ -152,6 +157,7 @@ class TurnState:
             iterations=self.iterations,
             error=error,
             tools_ran=self.tools_ran,
+            routes=self.routes,
         )
 
 
@@ -167,6 +173,9 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
             try:
                 reply = await call_model(ctx, state, final=final)
             except ProviderError as exc:
+                if fall_back(ctx, state, exc):
+                    state.iterations -= 1  # the fallback gets a fair turn
+                    continue
                 if not exc.should_compress or state.overflow_retries >= OVERFLOW_RETRIES:
                     raise
                 # The provider says it does not fit: compact and retry, iteration refunded.
