@@ -130,6 +130,11 @@ class Profile(BaseModel):
     """Continue the stored conversation a request without a session id resends."""
     prefill: bool | None = None
     """Continue a trailing assistant message; None = what the wire supports (Anthropic)."""
+    api_keys: tuple[SecretStr, ...] = ()
+    """More upstream keys beside `api_key`, rotated on rate-limit and auth failures."""
+    key_cooldown_s: float = Field(default=60.0, ge=0)
+    """How long a throttled key rests (a refused one ten times longer), unless the upstream
+    said how long with Retry-After."""
     fallback: tuple[str, ...] = ()
     """Profiles to send the same request to, in order, when this one's upstream cannot
     serve it (an outage, exhausted keys, an unknown model)."""
@@ -199,6 +204,9 @@ class Settings(BaseSettings):
     upstream_retry_attempts: int = Field(default=3, ge=1, le=10)
     upstream_retry_base_delay_s: float = Field(default=2.0, ge=0)
     max_continuations: int = Field(default=2, ge=0, le=20)
+    upstream_api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
+    """Default profile: more upstream keys, a JSON list or comma-separated."""
+    upstream_key_cooldown_s: float = Field(default=60.0, ge=0)
     fallback: Annotated[tuple[str, ...], NoDecode] = ()
     """Default profile: fallback profile names, a JSON list or comma-separated."""
 
@@ -223,7 +231,9 @@ class Settings(BaseSettings):
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
         return tuple(sources)
 
-    @field_validator("cors_origins", "model_aliases", "fallback", mode="before")
+    @field_validator(
+        "cors_origins", "model_aliases", "fallback", "upstream_api_keys", mode="before"
+    )
     @classmethod
     def _list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -293,6 +303,8 @@ class Settings(BaseSettings):
             retry_base_delay_s=self.upstream_retry_base_delay_s,
             max_continuations=self.max_continuations,
             fallback=self.fallback,
+            api_keys=self.upstream_api_keys,
+            key_cooldown_s=self.upstream_key_cooldown_s,
             terminal_backend=self.terminal_backend,
             network=self.tool_network,
             cache_strategy=self.cache_strategy,

@@ -18,11 +18,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.agent.turns import TurnManager
 from app.config import Settings
+from app.db.key_store import KeyStateStore
 from app.db.store import Store
 from app.metrics import Metrics
 from app.protocol.errors import ApiError, validation_error
 from app.providers.base import Provider
-from app.providers.factory import build_provider
+from app.providers.factory import build_keyed_provider
+from app.providers.keyring import KeyStates
 from app.routes import chat, health, models, sessions
 from app.routes import metrics as metrics_routes
 from app.routes.cors import CorsMiddleware
@@ -40,15 +42,9 @@ from app.tools.workspace import workspace_tools
 log = logging.getLogger(__name__)
 
 
-def build_providers(settings: Settings) -> dict[str, Provider]:
+def build_providers(settings: Settings, key_states: KeyStates) -> dict[str, Provider]:
     return {
-        profile.name: build_provider(
-            profile.provider,
-            base_url=profile.base_url,
-            api_key=profile.api_key.get_secret_value() if profile.api_key else None,
-            cache_markers=profile.cache_markers,
-            timeout=profile.upstream_timeout_s,
-        )
+        profile.name: build_keyed_provider(profile, key_states)
         for profile in settings.all_profiles()
     }
 
@@ -62,7 +58,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.warning("cleared %d turn lease(s) left by a previous process", cleared)
     metrics = Metrics()
     turns = TurnManager(store, metrics)
-    providers = build_providers(settings)
+    providers = build_providers(settings, KeyStateStore(store.engine))
     tools = ToolRegistry(
         [
             *workspace_tools(),
