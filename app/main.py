@@ -27,6 +27,7 @@ from app.providers.factory import build_keyed_provider
 from app.providers.keyring import KeyStates
 from app.routes import chat, health, models, sessions
 from app.routes import metrics as metrics_routes
+from app.routes import turns as turn_routes
 from app.routes.cors import CorsMiddleware
 from app.routes.head import HeadAsGet
 from app.security.auth import Authenticator
@@ -139,6 +140,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(models.router)
     app.include_router(chat.router)
     app.include_router(sessions.router)
+    app.include_router(turn_routes.router)
     app.include_router(metrics_routes.router)
     app.add_middleware(HeadAsGet)
     app.add_middleware(CorsMiddleware, origins=settings.cors_origins)

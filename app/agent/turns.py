@@ -76,10 +76,11 @@ class TurnHandle:
     def history(self) -> tuple[TurnEvent, ...]:
         return tuple(self._history)
 
-    def subscribe(self) -> asyncio.Queue[TurnEvent]:
-        """A queue of every event of the turn from its start, ending with `TurnFinished`."""
+    def subscribe(self, after: int = 0) -> asyncio.Queue[TurnEvent]:
+        """A queue of the turn's events after the first `after` (from its start by default),
+        ending with `TurnFinished`. An event's sequence number is its 1-based position."""
         queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
-        for event in self._history:
+        for event in self._history[after:]:
             queue.put_nowait(event)
         self._queues.append(queue)
         return queue
@@ -130,6 +131,18 @@ class TurnManager:
         self._by_key: OrderedDict[tuple[str, str], TurnHandle] = OrderedDict()
         self._by_digest: OrderedDict[tuple[str, str], TurnHandle] = OrderedDict()
         self.running: dict[str, TurnHandle] = {}
+        self.latest: OrderedDict[str, TurnHandle] = OrderedDict()
+        """Each session's newest turn, running or finished, for stop and event replay."""
+
+    def latest_for(self, session_id: str) -> TurnHandle | None:
+        return self.latest.get(session_id)
+
+    def _track(self, handle: TurnHandle) -> None:
+        self.running[handle.turn_id] = handle
+        self.latest[handle.session_id] = handle
+        self.latest.move_to_end(handle.session_id)
+        while len(self.latest) > MAX_REMEMBERED:
+            self.latest.popitem(last=False)
 
     def find_twin(self, owner: str, digest: str, *, marked_retry: bool) -> TurnHandle | None:
         """The turn an identical request of this principal started, if this one repeats it:
@@ -189,7 +202,7 @@ class TurnManager:
         ctx.emit = handle.publish
         self.store.start_turn(session_id=ctx.session_id, lease=ctx.lease, turn_id=turn_id)
         handle.task = asyncio.create_task(self._run(ctx, handle, on_finish), name=turn_id)
-        self.running[turn_id] = handle
+        self._track(handle)
         return handle
 
     def start_task(
@@ -217,7 +230,7 @@ class TurnManager:
                 self._close(handle, finished)
 
         handle.task = asyncio.create_task(body(), name=turn_id)
-        self.running[turn_id] = handle
+        self._track(handle)
         return handle
 
     def _close(self, handle: TurnHandle, finished: TurnFinished | None) -> None:
