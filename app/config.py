@@ -65,6 +65,11 @@ class PriceOverrideConfig(BaseModel):
     """A flat-rate contract: calls cost nothing at the margin and report `included`."""
 
 
+BusyStrategy = Literal["reject", "enqueue", "interrupt", "steer"]
+"""What a message to a session whose turn is running does (app/routes/busy.py)."""
+DisconnectPolicy = Literal["cancel", "continue"]
+
+
 class Profile(BaseModel):
     """One agent profile: the model id clients see and the upstream that serves it."""
 
@@ -135,6 +140,11 @@ class Profile(BaseModel):
     key_cooldown_s: float = Field(default=60.0, ge=0)
     """How long a throttled key rests (a refused one ten times longer), unless the upstream
     said how long with Retry-After."""
+    busy: BusyStrategy = "enqueue"
+    """Default `X-Courier-Busy`. Chat: `enqueue`; a voice profile wants `interrupt` (a
+    barge-in is a new user turn)."""
+    on_disconnect: DisconnectPolicy = "cancel"
+    """Default `X-Courier-On-Disconnect`: `continue` finishes a turn whose client left."""
     fallback: tuple[str, ...] = ()
     """Profiles to send the same request to, in order, when this one's upstream cannot
     serve it (an outage, exhausted keys, an unknown model)."""
@@ -207,6 +217,8 @@ class Settings(BaseSettings):
     upstream_api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
     """Default profile: more upstream keys, a JSON list or comma-separated."""
     upstream_key_cooldown_s: float = Field(default=60.0, ge=0)
+    busy: BusyStrategy = "enqueue"
+    on_disconnect: DisconnectPolicy = "cancel"
     fallback: Annotated[tuple[str, ...], NoDecode] = ()
     """Default profile: fallback profile names, a JSON list or comma-separated."""
 
@@ -303,6 +315,8 @@ class Settings(BaseSettings):
             retry_base_delay_s=self.upstream_retry_base_delay_s,
             max_continuations=self.max_continuations,
             fallback=self.fallback,
+            busy=self.busy,
+            on_disconnect=self.on_disconnect,
             api_keys=self.upstream_api_keys,
             key_cooldown_s=self.upstream_key_cooldown_s,
             terminal_backend=self.terminal_backend,

@@ -415,7 +415,7 @@ class ChatServing:
                 409,
                 "a turn is already running on this session",
                 code="session_busy",
-                headers={"Retry-After": "1"},
+                headers={"Retry-After": "1", "X-Session-Id": session_id},
             ) from None
 
     def _append(self, place: Placement, conversation: Conversation) -> None:

@@ -32,6 +32,7 @@ from app.agent.ledger import record_call as record_call_at
 from app.agent.projection import project
 from app.agent.repair import close_unanswered_calls
 from app.agent.second_look import close_cut_calls, cut_calls, empty_reply_error, second_look
+from app.agent.steer import deliver_steers
 from app.agent.structured import REPAIR_NOTE, output_problem
 from app.agent.tool_step import BatchRunner, limit_parallel, repair_calls, split_calls
 from app.config import Profile
@@ -97,6 +98,8 @@ class TurnContext:
     """The client's `response_format`: the final answer is checked against it."""
     fallbacks: tuple[Route, ...] = ()
     """The profile's fallback chain still unused this turn, next first."""
+    steers: Callable[[], list[tuple[str, asyncio.Future[None]]]] = lambda: []
+    """Take the steering messages sent while the turn ran (see app/agent/steer.py)."""
 
     @property
     def tool_context(self) -> ToolContext:
@@ -207,6 +210,8 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
             if final:
                 return state.finished("budget_exhausted", reply.finish)
             if not calls:
+                if deliver_steers(ctx):
+                    continue  # a message arrived while the model answered: answer it too
                 return state.finished(
                     "truncated" if looked.truncated else "completed", reply.finish
                 )
@@ -222,6 +227,8 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
             if server_calls:
                 state.tools_ran += len(server_calls)
                 await state.tools(ctx).run(server_calls)
+                if not client_calls:
+                    deliver_steers(ctx)  # after the batch, before the model reads its results
             if client_calls:
                 # The client runs these; its next request carries the results and
                 # continues this conversation where it stands now.

@@ -12,6 +12,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Literal
 
 from app.agent.events import TurnEvent, TurnFinished
 from app.agent.loop import TurnContext, run_turn
@@ -63,6 +64,20 @@ class TurnHandle:
         self.outcome: TurnFinished | None = None
         self.delivered = False
         """A client received the whole answer: an identical request later is a new ask."""
+        self.on_disconnect: Literal["cancel", "continue"] = "cancel"
+        """`continue`: the turn outlives its client, events buffered for a reattach."""
+        self.mailbox: list[tuple[str, asyncio.Future[None]]] = []
+        """Steering messages waiting for the end of the current tool batch."""
+
+    def steer(self, text: str) -> asyncio.Future[None]:
+        """Queue a user message for the running turn; the future resolves once it is stored."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.mailbox.append((text, done))
+        return done
+
+    def take_steers(self) -> list[tuple[str, asyncio.Future[None]]]:
+        taken, self.mailbox = self.mailbox, []
+        return [(text, done) for text, done in taken if not done.done()]
 
     @property
     def cancelled(self) -> bool:
@@ -108,7 +123,7 @@ class TurnHandle:
         """The client went away. Without an idempotency key nobody can come back, so stop
         now; with one, wait briefly for a retry to reattach before cancelling. A turn a
         reattached retry still watches keeps running."""
-        if self._queues:
+        if self._queues or self.on_disconnect == "continue":
             return
         if self.idempotency is None:
             self.cancel()
@@ -200,6 +215,7 @@ class TurnManager:
         handle.session_id = ctx.session_id
         ctx.turn_id = turn_id
         ctx.emit = handle.publish
+        ctx.steers = handle.take_steers
         self.store.start_turn(session_id=ctx.session_id, lease=ctx.lease, turn_id=turn_id)
         handle.task = asyncio.create_task(self._run(ctx, handle, on_finish), name=turn_id)
         self._track(handle)

@@ -23,6 +23,14 @@ from app.protocol.render import (
     tool_event_payload,
 )
 from app.providers.base import ToolCall
+from app.routes.busy import (
+    Steered,
+    busy_strategy,
+    disconnect_policy,
+    start_when_free,
+    steer_text,
+    steered_response,
+)
 from app.routes.deps import PrincipalDep, StateDep, read_limited_body
 from app.serving import Retry
 
@@ -71,12 +79,23 @@ def session_header(request: Request) -> str | None:
 async def chat_completions(request: Request, state: StateDep, principal: PrincipalDep) -> Response:
     body = await read_limited_body(request, state.settings.max_body_bytes)
     chat = parse_request(body)
-    started = state.chat.start(
-        chat,
-        principal,
-        session_header(request) or chat.session_id,
-        retry=retry_of(request, body),
+    profile = state.chat.resolve_profile(chat.model)
+    strategy = busy_strategy(request, profile)
+    on_disconnect = disconnect_policy(request, profile)
+    started = await start_when_free(
+        state,
+        lambda: state.chat.start(
+            chat,
+            principal,
+            session_header(request) or chat.session_id,
+            retry=retry_of(request, body),
+        ),
+        strategy,
+        steer_text(chat) if strategy == "steer" else None,
     )
+    if isinstance(started, Steered):
+        return steered_response(started)
+    started.handle.on_disconnect = on_disconnect
     headers = {"X-Session-Id": started.session_id}
     if started.ignored:
         headers["X-Courier-Ignored"] = ", ".join(started.ignored)
