@@ -24,13 +24,18 @@ def _serve(_args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    uvicorn.run(
-        create_app(settings),
+    from app.drain import DrainingServer
+
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
-        timeout_graceful_shutdown=5,
+        # SIGTERM: open requests get the drain timeout to finish their turns.
+        timeout_graceful_shutdown=max(int(settings.drain_timeout_s), 1),
     )
+    DrainingServer(config, app).run()
     return 0
 
 

@@ -178,6 +178,8 @@ class Settings(BaseSettings):
     """Permit a non-loopback bind while tools run unsandboxed on the host (dangerous)."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     keepalive_s: float = Field(default=5.0, gt=0)
+    drain_timeout_s: float = Field(default=30.0, ge=0, le=3600)
+    """On SIGTERM: how long running turns may finish before they are cancelled."""
     log_level: str = "info"
     implicit_sessions: bool = True
     """Off: a request without a session id always starts a new session (every profile)."""

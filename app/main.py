@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import start_http_server
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.agent.recovery import repair_interrupted_turns
 from app.agent.turns import TurnManager
 from app.config import Settings
 from app.db.key_store import KeyStateStore
@@ -57,6 +58,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # SQLite is one process's file: a lease still set at startup belongs to a dead process.
     if cleared := store.clear_all_leases():
         log.warning("cleared %d turn lease(s) left by a previous process", cleared)
+    repair_interrupted_turns(store)
     metrics = Metrics()
     turns = TurnManager(store, metrics)
     providers = build_providers(settings, KeyStateStore(store.engine))
@@ -96,7 +98,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        await turns.shutdown()
+        await turns.shutdown(drain_s=settings.drain_timeout_s)
         for provider in providers.values():
             await provider.aclose()
         store.close()

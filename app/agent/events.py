@@ -21,6 +21,7 @@ ExitReason = Literal[
     "invalid_output",
     "truncated",
     "empty_reply",
+    "interrupted",
 ]
 
 

@@ -146,6 +146,7 @@ class TurnManager:
         self._by_key: OrderedDict[tuple[str, str], TurnHandle] = OrderedDict()
         self._by_digest: OrderedDict[tuple[str, str], TurnHandle] = OrderedDict()
         self.running: dict[str, TurnHandle] = {}
+        self.draining = False
         self.latest: OrderedDict[str, TurnHandle] = OrderedDict()
         """Each session's newest turn, running or finished, for stop and event replay."""
 
@@ -267,6 +268,8 @@ class TurnManager:
             self.metrics.in_flight.dec()
             self.running.pop(handle.turn_id, None)
             reason = finished.exit_reason if finished else "cancelled"
+            if self.draining and reason == "cancelled":
+                reason = "interrupted"
             self.metrics.turns.labels(ctx.profile.name, reason).inc()
             try:
                 self.store.finish_turn(
@@ -285,7 +288,13 @@ class TurnManager:
                     log.exception("turn %s: after-turn bookkeeping failed", handle.turn_id)
             self._close(handle, finished)
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, drain_s: float = 0.0) -> None:
+        """Let running turns finish for up to `drain_s`, then cancel the rest; a turn cut
+        off here ends `interrupted`, not `cancelled`: nobody asked it to stop."""
+        self.draining = True
+        tasks = [h.task for h in self.running.values() if h.task is not None]
+        if tasks and drain_s > 0:
+            await asyncio.wait(tasks, timeout=drain_s)
         handles = list(self.running.values())
         for handle in handles:
             handle.cancel()

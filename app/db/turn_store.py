@@ -79,3 +79,17 @@ def session_turns(
         if profile not in turn.profiles:
             turn.profiles.append(profile)
     return list(turns.values()), int(total)
+
+
+def unfinished_turns(engine: Engine) -> list[tuple[str, str, bool]]:
+    """(turn id, session id, is the session's newest turn) for every turn that never
+    recorded its end: at startup, exactly the turns a dead process left running."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT t.id, t.session_id, NOT EXISTS (SELECT 1 FROM turn n "
+                "WHERE n.session_id = t.session_id AND n.started_at > t.started_at) "
+                "FROM turn t WHERE t.finished_at IS NULL ORDER BY t.started_at"
+            )
+        ).all()
+    return [(str(r[0]), str(r[1]), bool(r[2])) for r in rows]

@@ -97,6 +97,13 @@ async def start_when_free(
     deadline = time.monotonic() + ENQUEUE_WAIT_S
     steered = False
     while True:
+        if state.turns.draining:  # checked again after each wait: a queued turn too
+            raise ApiError(
+                503,
+                "the server is shutting down and takes no new turns; retry shortly",
+                code="shutting_down",
+                headers={"Retry-After": "5"},
+            )
         try:
             return start()
         except ApiError as exc:
