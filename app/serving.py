@@ -12,6 +12,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -20,11 +21,11 @@ from app.agent.budget import Cap, SpendGuard
 from app.agent.cache_planner import StablePrefixRegistry
 from app.agent.compressor import Compressor
 from app.agent.continuity import VisibleMessage, chain, extend, scope_seed
-from app.agent.events import ClientToolCalls, TurnFinished, TurnText
+from app.agent.events import ClientToolCalls, TurnEvent, TurnFinished, TurnText
 from app.agent.fallback import Route
 from app.agent.loop import TurnContext
 from app.agent.projection import INTERRUPTED_RESULT, unanswered_calls
-from app.agent.prompt import build_prompt, recover_stable_boundary, stable_tier
+from app.agent.prompt import build_prompt, stable_tier
 from app.agent.relay import RelayInput, run_relay
 from app.agent.repair import close_unanswered_calls
 from app.agent.structured import schema_problem
@@ -54,7 +55,7 @@ from app.conversation import (
 )
 from app.db.chat_store import (
     TranscriptKey,
-    find_continuation,
+    find_continuations,
     index_transcript,
     last_row_id,
     put_images,
@@ -279,8 +280,12 @@ class ChatServing:
         try:
             self._append(place, conversation)
             specs = client_specs(request)
-            ctx = self._context(request, profile, place, owner, spend, specs, fmt)
-            handle = self.turns.start(lambda _handle: ctx, on_finish=self._indexer(place, seed))
+            handle = self.turns.start(
+                lambda turn_id, emit: self._context(
+                    request, profile, place, owner, spend, specs, fmt, turn_id=turn_id, emit=emit
+                ),
+                on_finish=self._indexer(place, seed),
+            )
         except BaseException:
             self.store.release_lease(session_id=place.session.id, lease=place.lease)
             raise
@@ -324,7 +329,12 @@ class ChatServing:
             if (v := visible(m, param=f"messages[{at + i}].content")) is not None
         ]
         hashes = chain(seed, [v for _, v in seen])
-        match = find_continuation(self.store, hashes=hashes)
+        candidates = find_continuations(self.store, hashes=hashes)
+        # Longest shared prefix first, but a conversation the request simply extends beats
+        # a longer one it would have to rewrite: two look-alike conversations each keep
+        # their own next message.
+        match = next((c for c in candidates if c.stored_len == c.position), None)
+        match = match or (candidates[0] if candidates else None)
         if match is None:
             return None
         # Only an answer of ours in the history identifies a conversation: two chats that
@@ -583,11 +593,13 @@ class ChatServing:
         spend: SpendGuard,
         client: tuple[ToolSpec, ...],
         fmt: OutputFormat | None,
+        *,
+        turn_id: str,
+        emit: Callable[[TurnEvent], None],
     ) -> TurnContext:
         session = place.session
         specs = self._tool_specs(profile, place, client)
         choice = tool_choice(request, {s.name for s in specs})
-        stable = stable_tier(profile, snapshot_names(session.tool_snapshot))
         return TurnContext(
             store=self.store,
             provider=self.providers[profile.name],
@@ -595,17 +607,16 @@ class ChatServing:
             profile=profile,
             session_id=session.id,
             owner=owner,
-            system_prompt=session.system_prompt,
             lease=place.lease,
-            turn_id="",
+            turn_id=turn_id,
             workspace=self.workspace_for(profile, session.id),
             sampling=sampling(request),
-            emit=lambda _event: None,
+            emit=emit,
             spend=spend,
             price_override=price_override(profile),
             metrics=self.metrics,
             tool_specs=specs,
-            stable_len=recover_stable_boundary(session.system_prompt, stable),
+            stable_tier=stable_tier(profile, snapshot_names(session.tool_snapshot)),
             prefixes=self.prefixes,
             compressor=self.compressor,
             rebuild_prompt=lambda: self.session_prompt(

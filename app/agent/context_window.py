@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from app.agent.compressor import Summariser, observe_response, threshold_tokens
-from app.agent.prompt import recover_stable_boundary, stable_tier
+from app.agent.prompt import recover_stable_boundary
 from app.config import Profile
 from app.db.chat_store import StoredImage, session_images
 from app.db.models import SessionRow
-from app.db.store import Store, StoredMessage
+from app.db.store import StoredMessage
 from app.providers.usage import Usage
 
 if TYPE_CHECKING:
@@ -38,11 +38,22 @@ class Preflight:
     """The live log the request is projected from, read once per upstream call."""
     images: Mapping[str, StoredImage] = field(default_factory=dict)
     """The session's stored images, read only when a live row refers to one."""
+    stable_len: int | None = None
+    """Proven end of the stable tier in `session.system_prompt` (None: no marker there)."""
+
+    @property
+    def prompt(self) -> str:
+        """The session's system prompt as stored now: a compaction rebuilds it."""
+        return self.session.system_prompt
 
 
-def _checked(store: Store, rough: int, session: SessionRow, rows: list[StoredMessage]) -> Preflight:
+def _checked(
+    ctx: TurnContext, rough: int, session: SessionRow, rows: list[StoredMessage]
+) -> Preflight:
+    store = ctx.store
     images = session_images(store, session_id=session.id) if any(r.images for r in rows) else {}
-    return Preflight(rough, session, rows, images)
+    stable_len = recover_stable_boundary(session.system_prompt, ctx.stable_tier)
+    return Preflight(rough, session, rows, images, stable_len)
 
 
 async def preflight(
@@ -54,7 +65,7 @@ async def preflight(
     assert session is not None
     rows = store.active_messages(session_id=ctx.session_id)
     if comp is None:
-        return _checked(store, 0, session, rows)
+        return _checked(ctx, 0, session, rows)
     cold = turn_start and prefix_is_cold(profile, session, time.time())
     if (profile.prune_mid_burst or cold) and comp.prune(
         store, session, profile, lease=ctx.lease, rows=rows
@@ -74,14 +85,11 @@ async def preflight(
             rebuild_prompt=ctx.rebuild_prompt,
         )
         if prompt is not None:
-            ctx.system_prompt = prompt
-            names = [spec.name for spec in ctx.tool_specs]
-            ctx.stable_len = recover_stable_boundary(prompt, stable_tier(profile, names))
             session = store.get_session(session_id=ctx.session_id)
             assert session is not None
             rows = store.active_messages(session_id=ctx.session_id)
             rough = comp.estimate(session, rows)
-    return _checked(store, rough, session, rows)
+    return _checked(ctx, rough, session, rows)
 
 
 def observe(ctx: TurnContext, *, rough_at_call: int, usage: Usage | None) -> None:

@@ -9,7 +9,7 @@ the fallback gets a fair turn instead of inheriting a budget the failure spent.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from app.config import Profile
@@ -52,14 +52,14 @@ class Route:
     price: PriceOverride | None = None
 
 
-def fall_back(ctx: TurnContext, state: TurnState, exc: ProviderError) -> bool:
-    """Move the turn to its next route if the failure hints so; False leaves it as it was.
+def fall_back(ctx: TurnContext, state: TurnState, exc: ProviderError) -> TurnContext | None:
+    """The turn's context on its next route if the failure hints so; None: no fallback.
 
     Nothing of the failed call may have been streamed: a second route would repeat it.
     """
     if not ctx.fallbacks or not exc.should_fall_back or state.in_flight.events:
-        return False
-    route, ctx.fallbacks = ctx.fallbacks[0], ctx.fallbacks[1:]
+        return None
+    route = ctx.fallbacks[0]
     log.warning(
         "turn %s: %s failed (%s); falling back to %s",
         ctx.turn_id,
@@ -71,7 +71,10 @@ def fall_back(ctx: TurnContext, state: TurnState, exc: ProviderError) -> bool:
         state.routes = (ctx.profile.name,)
     state.routes = (*state.routes, route.profile.name)
     update = {name: getattr(route.profile, name) for name in ROUTE_FIELDS}
-    ctx.profile = ctx.profile.model_copy(update=update)
-    ctx.provider = route.provider
-    ctx.price_override = route.price
-    return True
+    return replace(
+        ctx,
+        profile=ctx.profile.model_copy(update=update),
+        provider=route.provider,
+        price_override=route.price,
+        fallbacks=ctx.fallbacks[1:],
+    )

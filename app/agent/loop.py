@@ -32,7 +32,7 @@ from app.agent.ledger import record_call as record_call_at
 from app.agent.projection import project
 from app.agent.repair import close_unanswered_calls
 from app.agent.second_look import close_cut_calls, cut_calls, empty_reply_error, second_look
-from app.agent.steer import deliver_steers
+from app.agent.steer import Mailbox, deliver_steers
 from app.agent.structured import REPAIR_NOTE, output_problem
 from app.agent.tool_step import BatchRunner, limit_parallel, repair_calls, split_calls
 from app.config import Profile
@@ -65,7 +65,7 @@ FINAL_ANSWER_NOTE = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class TurnContext:
     store: Store
     provider: Provider
@@ -73,7 +73,6 @@ class TurnContext:
     profile: Profile
     session_id: str
     owner: str
-    system_prompt: str
     lease: str
     turn_id: str
     workspace: Path
@@ -83,8 +82,9 @@ class TurnContext:
     metrics: Metrics
     tool_specs: tuple[ToolSpec, ...] = ()
     """The session's frozen tool snapshot: the schemas sent on every request."""
-    stable_len: int | None = None
-    """Proven end of the stable tier in `system_prompt`, or None (no marker there)."""
+    stable_tier: str = ""
+    """The stable tier this session's prompt starts with; each call proves it again, since
+    a compaction rebuilds the prompt."""
     prefixes: StablePrefixRegistry | None = None
     price_override: PriceOverride | None = None
     compressor: Compressor | None = None
@@ -98,8 +98,8 @@ class TurnContext:
     """The client's `response_format`: the final answer is checked against it."""
     fallbacks: tuple[Route, ...] = ()
     """The profile's fallback chain still unused this turn, next first."""
-    steers: Callable[[], list[tuple[str, asyncio.Future[None]]]] = lambda: []
-    """Take the steering messages sent while the turn ran (see app/agent/steer.py)."""
+    mailbox: Mailbox = field(default_factory=Mailbox)
+    """Steering messages sent while the turn runs (see app/agent/steer.py)."""
 
     @property
     def tool_context(self) -> ToolContext:
@@ -176,7 +176,8 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
             try:
                 reply = await call_model(ctx, state, final=final)
             except ProviderError as exc:
-                if fall_back(ctx, state, exc):
+                if (routed := fall_back(ctx, state, exc)) is not None:
+                    ctx = routed
                     state.iterations -= 1  # the fallback gets a fair turn
                     continue
                 if not exc.should_compress or state.overflow_retries >= OVERFLOW_RETRIES:
@@ -370,8 +371,8 @@ def build_request(
     messages = (*messages, *tail)
     plan = apply_strategy(
         ctx.profile.cache_strategy,
-        system_prompt=ctx.system_prompt,
-        stable_len=ctx.stable_len,
+        system_prompt=checked.prompt,
+        stable_len=checked.stable_len,
         messages=messages,
         prefixes=ctx.prefixes,
     )

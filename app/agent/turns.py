@@ -16,6 +16,7 @@ from typing import Literal
 
 from app.agent.events import TurnEvent, TurnFinished
 from app.agent.loop import TurnContext, run_turn
+from app.agent.steer import Mailbox
 from app.db.store import Store
 from app.metrics import Metrics
 
@@ -66,18 +67,12 @@ class TurnHandle:
         """A client received the whole answer: an identical request later is a new ask."""
         self.on_disconnect: Literal["cancel", "continue"] = "cancel"
         """`continue`: the turn outlives its client, events buffered for a reattach."""
-        self.mailbox: list[tuple[str, asyncio.Future[None]]] = []
-        """Steering messages waiting for the end of the current tool batch."""
+        self.mailbox = Mailbox()
+        """Steering messages for the running turn; the turn's context shares it."""
 
     def steer(self, text: str) -> asyncio.Future[None]:
         """Queue a user message for the running turn; the future resolves once it is stored."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.mailbox.append((text, done))
-        return done
-
-    def take_steers(self) -> list[tuple[str, asyncio.Future[None]]]:
-        taken, self.mailbox = self.mailbox, []
-        return [(text, done) for text, done in taken if not done.done()]
+        return self.mailbox.put(text)
 
     @property
     def cancelled(self) -> bool:
@@ -163,10 +158,14 @@ class TurnManager:
     def find_twin(self, owner: str, digest: str, *, marked_retry: bool) -> TurnHandle | None:
         """The turn an identical request of this principal started, if this one repeats it:
         still running, or finished moments ago (longer when the SDK says it is retrying).
-        A cancelled turn is never a twin: replaying it would answer an empty success."""
+        A cancelled turn is never a twin: replaying it would answer an empty success; nor is
+        one that failed in a way a retry can fix."""
         handle = self._by_digest.get((owner, digest))
         if handle is None or handle.cancelled:
             return None
+        outcome = handle.outcome
+        if outcome is not None and outcome.error is not None and outcome.error.retryable:
+            return None  # the retry was told to try again (a rate limit): let it
         if handle.finished_at is None:
             return handle
         if handle.delivered and not marked_retry:
@@ -205,18 +204,17 @@ class TurnManager:
 
     def start(
         self,
-        make_context: Callable[[TurnHandle], TurnContext],
+        make_context: Callable[[str, Callable[[TurnEvent], None]], TurnContext],
         *,
         on_finish: OnFinish | None = None,
     ) -> TurnHandle:
-        """Start a turn whose context (already holding the lease) `make_context` builds."""
+        """Start a turn whose context (already holding the lease) `make_context` builds
+        whole from the turn's id and event sink."""
         turn_id = "turn_" + secrets.token_hex(8)
         handle = TurnHandle(turn_id, "")
-        ctx = make_context(handle)
+        ctx = make_context(turn_id, handle.publish)
         handle.session_id = ctx.session_id
-        ctx.turn_id = turn_id
-        ctx.emit = handle.publish
-        ctx.steers = handle.take_steers
+        handle.mailbox = ctx.mailbox
         self.store.start_turn(session_id=ctx.session_id, lease=ctx.lease, turn_id=turn_id)
         handle.task = asyncio.create_task(self._run(ctx, handle, on_finish), name=turn_id)
         self._track(handle)

@@ -30,6 +30,9 @@ class Continuation:
     position: int
     last_row_id: int
     compactions: int
+    stored_len: int
+    """How many visible messages the session holds now: more than `position` means the
+    request diverges from it there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,24 +44,25 @@ class StoredImage:
 
 
 _FIND = text(
-    "SELECT k.session_id, k.position, k.last_row_id, k.compactions FROM transcript_key k "
-    "WHERE k.prefix_hash IN :hashes ORDER BY k.position DESC, k.id DESC LIMIT 1"
+    "SELECT k.session_id, k.position, k.last_row_id, k.compactions, s.transcript_len "
+    "FROM transcript_key k JOIN session s ON s.id = k.session_id "
+    "WHERE k.prefix_hash IN :hashes ORDER BY k.position DESC, k.id DESC LIMIT :limit"
 ).bindparams(bindparam("hashes", expanding=True))
 
 
-def find_continuation(store: Store, *, hashes: Sequence[str]) -> Continuation | None:
-    """The stored conversation sharing the longest visible prefix with `hashes`.
+def find_continuations(
+    store: Store, *, hashes: Sequence[str], limit: int = 16
+) -> list[Continuation]:
+    """Stored conversations sharing a visible prefix with `hashes`, longest first.
 
     The hashes are rolling (each covers every message before it, and the principal's
-    scope), so one indexed IN lookup finds the longest match without scanning sessions.
+    scope), so one indexed IN lookup finds the longest matches without scanning sessions.
     """
     if not hashes:
-        return None
+        return []
     with Session(store.engine) as db:
-        row = db.connection().execute(_FIND, {"hashes": list(hashes)}).first()
-    if row is None:
-        return None
-    return Continuation(str(row[0]), int(row[1]), int(row[2]), int(row[3]))
+        rows = db.connection().execute(_FIND, {"hashes": list(hashes), "limit": limit}).all()
+    return [Continuation(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4] or 0)) for r in rows]
 
 
 def index_transcript(
