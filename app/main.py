@@ -19,8 +19,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.agent.recovery import repair_interrupted_turns
 from app.agent.turns import TurnManager
 from app.config import Settings
+from app.db.idempotency_store import IdempotencyStore
 from app.db.key_store import KeyStateStore
 from app.db.store import Store
+from app.durable_idempotency import DurableKeys
 from app.metrics import Metrics
 from app.protocol.errors import ApiError, validation_error
 from app.providers.base import Provider
@@ -88,6 +90,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             tools=tools,
             providers=providers,
             metrics=metrics,
+            durable=DurableKeys(IdempotencyStore(store.engine)),
         ),
         started_at=int(time.time()),
         metrics=metrics,

@@ -63,6 +63,7 @@ from app.db.chat_store import (
 )
 from app.db.models import SessionRow
 from app.db.store import NewMessage, Store
+from app.durable_idempotency import DurableKeys
 from app.metrics import Metrics
 from app.protocol.errors import ApiError
 from app.protocol.fields import ignored_fields, refuse_unsupported
@@ -166,8 +167,10 @@ class ChatServing:
         tools: ToolRegistry,
         providers: dict[str, Provider],
         metrics: Metrics,
+        durable: DurableKeys | None = None,
     ) -> None:
         self.metrics = metrics
+        self.durable = durable
         self.prefixes = StablePrefixRegistry()
         self.compressor = Compressor(prefixes=self.prefixes)
         self.settings = settings
@@ -215,6 +218,9 @@ class ChatServing:
             handle = self._start_agent(request, principal, session_id, profile, conversation, fmt)
         if retry.key is not None:
             self.turns.remember(handle, principal.owner, retry.key, retry.digest)
+            if self.durable is not None:
+                owner, key, digest = principal.owner, retry.key, retry.digest
+                self.durable.started(handle, owner=owner, key=key, digest=digest)
         self.turns.remember_twin(handle, principal.owner, retry.digest)
         return StartedTurn(handle, handle.session_id, profile, ignored)
 
@@ -238,6 +244,11 @@ class ChatServing:
                     headers={"x-should-retry": "false"},
                 )
             return seen
+        if retry.key is not None and self.durable is not None:
+            owner, key = principal.owner, retry.key
+            if replayed := self.durable.replay(owner=owner, key=key, digest=retry.digest):
+                self.turns.remember(replayed, owner, key, retry.digest)
+                return replayed
         return self.turns.find_twin(principal.owner, retry.digest, marked_retry=retry.marked)
 
     @staticmethod

@@ -67,6 +67,8 @@ class TurnHandle:
         """A client received the whole answer: an identical request later is a new ask."""
         self.on_disconnect: Literal["cancel", "continue"] = "cancel"
         """`continue`: the turn outlives its client, events buffered for a reattach."""
+        self.on_close: list[Callable[[TurnHandle], None]] = []
+        """Run once the turn's last event is published (durable idempotency records it)."""
         self.mailbox = Mailbox()
         """Steering messages for the running turn; the turn's context shares it."""
 
@@ -253,6 +255,11 @@ class TurnManager:
         handle.outcome = finished
         if finished is not None:
             handle.publish(finished)
+        for hook in handle.on_close:
+            try:
+                hook(handle)
+            except Exception:
+                log.exception("turn %s: a close hook failed", handle.turn_id)
 
     async def _run(
         self, ctx: TurnContext, handle: TurnHandle, on_finish: OnFinish | None
