@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit clean lock
+.PHONY: install demo test lint typecheck unit soak clean lock
 
 # The terminal tool runs commands under bubblewrap: without `bwrap` the tool is not offered
 # and its sandbox tests fail, so a fresh Debian machine gets it here. A no-op once present.
@@ -44,7 +44,12 @@ typecheck: install
 unit: install
 	$(BIN)/python -m pytest -q
 
-test: lint typecheck unit
+# kill -9 soak (issue 13): 20 kills, each a server restart; prints its counts, exits 1 on
+# a lost row, an unrepaired transcript, a held lease or a replay that differs.
+soak: install
+	$(BIN)/python benchmarks/soak_kill.py --kills 20
+
+test: lint typecheck unit soak
 
 lock:
 	$(BIN)/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 -o requirements.lock
