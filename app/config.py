@@ -23,6 +23,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from app.tools.tool_quota import GiB, ToolQuota
+
 MIN_KEY_LENGTH = 16
 _PLACEHOLDER_KEYS = frozenset(
     {"changeme", "change-me", "changeit", "secret", "your-api-key", "replace-me", "apikey"}
@@ -37,7 +39,10 @@ def key_problem(key: str) -> str | None:
     """Why `key` is unfit to guard an endpoint that runs tools, or None when it is fine."""
     lowered = key.strip().lower()
     if not lowered:
-        return "COURIER_API_KEY is not set; run `courier keygen` and export the key it prints"
+        return (
+            "COURIER_API_KEY is not set; run `courier keygen` and export the key it prints, "
+            "or put it in a file named by COURIER_API_KEY_FILE"
+        )
     if (
         lowered in _PLACEHOLDER_KEYS
         or lowered.startswith(("password", "sk-xxxx", "changeme", "your-"))
@@ -126,6 +131,13 @@ class Profile(BaseModel):
     """Let tools reach the network (the terminal sandbox shares the host network)."""
     fetch_allow_hosts: tuple[str, ...] = ()
     """Hosts or CIDRs web_fetch may reach although private or loopback."""
+    approval_timeout_s: float = Field(default=120.0, gt=0, le=24 * 3600)
+    """How long a call that needs a human waits before it is denied."""
+    unattended: Literal["ask", "deny", "allow"] = "ask"
+    """Calls that need approval: ask a human, deny them, or allow them (the floor and
+    protected writes still hold under `allow`)."""
+    instruction_files: tuple[Path, ...] = ()
+    """Files that steer this profile's behaviour: every write to one needs a human."""
     aliases: tuple[str, ...] = ()
     """More model ids that name this profile (`gpt-4.1`, `gpt-4o-mini`: what apps default to)."""
     relay: bool = False
@@ -151,11 +163,114 @@ class Profile(BaseModel):
     max_continuations: int = Field(default=2, ge=0, le=20)
     """Follow-up calls that continue a text answer cut by the output token limit; past
     them the turn ends `truncated` with `finish_reason: length`."""
+    workspace_quota_bytes: int = Field(default=GiB, ge=0)
+    """Bytes a session's workspace may hold; file writes past it are refused."""
+    disk_reserve_bytes: int = Field(default=GiB, ge=0)
+    """Tool writes are refused while the workspace's filesystem has less free space."""
+    tool_memory_bytes: int = Field(default=2 * GiB, ge=64 * 1024 * 1024)
+    """Memory one terminal call may use (memory cgroup, else RLIMIT_AS)."""
+    tool_cpu_s: int = Field(default=600, ge=1)
+    """CPU seconds per process of a terminal call (RLIMIT_CPU)."""
+    tool_file_size_bytes: int = Field(default=GiB, ge=1024)
+    """Largest file a terminal call may write (RLIMIT_FSIZE)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _web_needs_network(cls, data: Any) -> Any:
+        # web_fetch always fails without network: offering it anyway costs schema tokens
+        # on every request and invites calls that can only error.
+        if isinstance(data, dict) and data.get("network") is not True:
+            toolsets = data.get("toolsets", cls.model_fields["toolsets"].default)
+            if isinstance(toolsets, list | tuple):
+                data = {**data, "toolsets": tuple(t for t in toolsets if t != "web")}
+        return data
+
+    def tool_quota(self) -> ToolQuota:
+        return ToolQuota(
+            workspace_bytes=self.workspace_quota_bytes,
+            disk_reserve_bytes=self.disk_reserve_bytes,
+            memory_bytes=self.tool_memory_bytes,
+            cpu_seconds=self.tool_cpu_s,
+            file_size_bytes=self.tool_file_size_bytes,
+        )
+
+
+SCOPES = ("chat", "sessions:read", "approvals", "metrics", "admin")
+RESERVED_KEY_NAMES = frozenset({"default", "admin", "metrics"})
+"""Names of the keys given by COURIER_API_KEY, COURIER_ADMIN_API_KEY, COURIER_METRICS_API_KEY."""
+MIN_TOKEN_SECRET_BYTES = 32
+
+
+class KeyConfig(BaseModel):
+    """One API key: who it is, what it may do, and how much."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64)
+    key: SecretStr | None = None
+    """The key itself; prefer `key_sha256` so the config file holds no secret."""
+    key_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
+    """The hex SHA-256 of the key (`printf %s "$KEY" | sha256sum`)."""
+    scopes: tuple[Literal["chat", "sessions:read", "approvals", "metrics", "admin"], ...] = (
+        "chat",
+        "sessions:read",
+    )
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    max_concurrent_turns: int | None = Field(default=None, ge=1)
+    spend_cap_usd: Decimal | None = Field(default=None, ge=0)
+    spend_cap_daily_usd: Decimal | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> KeyConfig:
+        if (self.key is None) == (self.key_sha256 is None):
+            raise ValueError(f"key {self.name!r}: give exactly one of key or key_sha256")
+        if self.key is not None and (problem := key_problem(self.key.get_secret_value())):
+            raise ValueError(f"key {self.name!r}: " + problem.replace("COURIER_API_KEY", "key"))
+        return self
+
+
+SECRET_FIELDS = ("api_key", "admin_api_key", "metrics_api_key", "upstream_api_key")
+"""Settings that may come from a file named by `COURIER_<NAME>_FILE` instead."""
+
+
+class SecretFileSource(PydanticBaseSettingsSource):
+    """`COURIER_API_KEY_FILE=/run/secrets/courier_api_key`: the key is that file's content.
+
+    For Docker/compose secrets and systemd credentials: a key in the environment shows in
+    `docker inspect`, in `systemctl show` and in /proc/<pid>/environ to every process of
+    the same user, a key in a root-provided file does not. Read once, here, at startup.
+    """
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads every file at once
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name in SECRET_FIELDS:
+            env_name = f"COURIER_{name.upper()}"
+            path = os.environ.get(f"{env_name}_FILE")
+            if not path:
+                continue
+            if os.environ.get(env_name):
+                raise ConfigError(f"set {env_name} or {env_name}_FILE, not both")
+            try:
+                value = Path(path).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+                raise ConfigError(f"{env_name}_FILE={path}: cannot read it ({reason})") from None
+            # Editors and `echo` add a final newline; the key itself never has one.
+            values[name] = value.strip()
+        return values
 
 
 def _toml_path() -> Path | None:
     raw = os.environ.get("COURIER_CONFIG")
     return Path(raw) if raw else None
+
+
+def config_file_path() -> Path | None:
+    """The TOML file settings came from; read once at startup, like the settings."""
+    return _toml_path()
 
 
 class Settings(BaseSettings):
@@ -178,9 +293,21 @@ class Settings(BaseSettings):
     """Permit a non-loopback bind while tools run unsandboxed on the host (dangerous)."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     keepalive_s: float = Field(default=5.0, gt=0)
-    drain_timeout_s: float = Field(default=30.0, ge=0, le=3600)
-    """On SIGTERM: how long running turns may finish before they are cancelled."""
+    http_header_timeout_s: float = Field(default=10.0, gt=0)
+    """Seconds a client has to send a complete request head before it is disconnected."""
+    http_body_timeout_s: float = Field(default=60.0, gt=0)
+    """Seconds a client has to send the whole request body after its head."""
+    max_connections_per_ip: int = Field(default=64, ge=0)
+    """Open connections per peer address (0 = unlimited, e.g. behind a reverse proxy)."""
+    upstream_max_connections: int | None = Field(default=None, ge=1)
+    """Connections per upstream; None = `max_concurrent_turns`. Never below it: a smaller
+    pool would silently queue streams behind each other."""
     log_level: str = "info"
+    log_format: Literal["text", "json"] = "text"
+    """`json`: one JSON object per line with request, session and turn ids, never content."""
+    drain_timeout_s: int = Field(default=5, ge=1, le=3600)
+    """On SIGTERM, how long open requests may finish before they are cut. A supervisor's stop
+    timeout (compose `stop_grace_period`, systemd `TimeoutStopSec`) must be longer."""
     implicit_sessions: bool = True
     """Off: a request without a session id always starts a new session (every profile)."""
     cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
@@ -212,6 +339,11 @@ class Settings(BaseSettings):
     terminal_backend: Literal["sandbox", "local"] = "sandbox"
     """Default profile: `local` runs tool commands on the host and forbids an exposed bind."""
     tool_network: bool = False
+    workspace_quota_bytes: int = Field(default=GiB, ge=0)
+    disk_reserve_bytes: int = Field(default=GiB, ge=0)
+    tool_memory_bytes: int = Field(default=2 * GiB, ge=64 * 1024 * 1024)
+    tool_cpu_s: int = Field(default=600, ge=1)
+    tool_file_size_bytes: int = Field(default=GiB, ge=1024)
     cache_strategy: Literal["planner", "naive", "none"] = "planner"
     upstream_retry_attempts: int = Field(default=3, ge=1, le=10)
     upstream_retry_base_delay_s: float = Field(default=2.0, ge=0)
@@ -230,6 +362,27 @@ class Settings(BaseSettings):
     profiles: tuple[Profile, ...] = ()
     """Extra profiles from `[[profiles]]` in the TOML file."""
 
+    # Access control (app/security/): read here once, never again from the environment.
+    approvals: str = "on"
+    """`off` trusts the agent with dangerous commands (never with the floor or protected
+    writes); read once at startup, so changing the environment later changes nothing."""
+    approvals_deny: tuple[str, ...] = ()
+    """Glob patterns of commands that are refused outright, on every backend."""
+    approvals_allow: tuple[str, ...] = ()
+    """Glob patterns of commands that skip approval (never for compound commands)."""
+    approvals_separate_approver: bool = False
+    """The principal whose turn asked may not approve its own call."""
+    approval_timeout_s: float = Field(default=120.0, gt=0, le=24 * 3600)
+    approvals_unattended: Literal["ask", "deny", "allow"] = "ask"
+    keys: tuple[KeyConfig, ...] = ()
+    """Extra API keys from `[[keys]]`: name, scopes, limits, caps."""
+    max_concurrent_turns: int = Field(default=10, ge=1)
+    """Turns running at once across all principals; more get 429 with Retry-After."""
+    tokens_enabled: bool = False
+    """Serve `POST /v1/tokens` and accept the short-lived JWTs it mints."""
+    token_secret: SecretStr | None = None
+    """HS256 secret for tokens, at least 32 bytes; required when tokens are enabled."""
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -239,7 +392,11 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [
+            init_settings,
+            env_settings,
+            SecretFileSource(settings_cls),
+        ]
         path = _toml_path()
         if path is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
@@ -290,6 +447,14 @@ class Settings(BaseSettings):
                 'execution; bind 127.0.0.1, use terminal_backend = "sandbox", or set '
                 "COURIER_ALLOW_EXPOSED_HOST_EXEC=1 if you accept that risk"
             )
+        pool = self.upstream_max_connections
+        if pool is not None and pool < self.max_concurrent_turns:
+            raise ValueError(
+                f"COURIER_UPSTREAM_MAX_CONNECTIONS={pool} is below "
+                f"COURIER_MAX_CONCURRENT_TURNS={self.max_concurrent_turns}: turns past the "
+                "pool size would wait for a connection with no error; raise it or lower the "
+                "turn limit"
+            )
         names = [p.name for p in self.all_profiles()]
         if len(names) != len(set(names)):
             raise ValueError(f"profile names must be unique, got {names}")
@@ -297,6 +462,20 @@ class Settings(BaseSettings):
             unknown = [n for n in p.fallback if n not in names or n == p.name]
             if unknown:
                 raise ValueError(f"profile {p.name}: fallback names unknown profiles {unknown}")
+        if self.approvals.strip().lower() not in ("on", "off", "true", "false", "1", "0"):
+            raise ValueError("COURIER_APPROVALS must be on or off")
+        key_names = [k.name for k in self.keys]
+        if len(key_names) != len(set(key_names)) or set(key_names) & RESERVED_KEY_NAMES:
+            raise ValueError(
+                f"key names must be unique and not one of {sorted(RESERVED_KEY_NAMES)}"
+            )
+        if self.tokens_enabled:
+            secret = self.token_secret.get_secret_value() if self.token_secret else ""
+            if len(secret.encode()) < MIN_TOKEN_SECRET_BYTES:
+                raise ValueError(
+                    "refusing to start: tokens_enabled needs COURIER_TOKEN_SECRET of at least "
+                    f"{MIN_TOKEN_SECRET_BYTES} bytes (run `courier keygen` for one)"
+                )
         return self
 
     def default_profile(self) -> Profile:
@@ -323,9 +502,19 @@ class Settings(BaseSettings):
             key_cooldown_s=self.upstream_key_cooldown_s,
             terminal_backend=self.terminal_backend,
             network=self.tool_network,
+            workspace_quota_bytes=self.workspace_quota_bytes,
+            disk_reserve_bytes=self.disk_reserve_bytes,
+            tool_memory_bytes=self.tool_memory_bytes,
+            tool_cpu_s=self.tool_cpu_s,
+            tool_file_size_bytes=self.tool_file_size_bytes,
             cache_strategy=self.cache_strategy,
+            approval_timeout_s=self.approval_timeout_s,
+            unattended=self.approvals_unattended,
             aliases=self.model_aliases,
         )
+
+    def upstream_pool_size(self) -> int:
+        return self.upstream_max_connections or self.max_concurrent_turns
 
     def all_profiles(self) -> tuple[Profile, ...]:
         return (self.default_profile(), *self.profiles)

@@ -5,6 +5,7 @@ Nothing is built at import time, so tests can create apps with their own setting
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -19,25 +20,51 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.agent.recovery import repair_interrupted_turns
 from app.agent.turns import TurnManager
 from app.config import Settings
+from app.db.approval_store import ApprovalStore
 from app.db.idempotency_store import IdempotencyStore
+from app.db.instance import holder_alive
 from app.db.key_store import KeyStateStore
+from app.db.stats import count_db_work
 from app.db.store import Store
 from app.durable_idempotency import DurableKeys
 from app.metrics import Metrics
 from app.protocol.errors import ApiError, validation_error
+from app.protocol.limits import shutdown_worker
 from app.providers.base import Provider
-from app.providers.factory import build_keyed_provider
+from app.providers.clients import UpstreamClients
+from app.providers.factory import DEFAULT_BASE_URLS, build_keyed_provider
 from app.providers.keyring import KeyStates
-from app.routes import chat, health, models, sessions
+from app.responses_serving import ResponsesServing
+from app.routes import approvals as approval_routes
+from app.routes import (
+    capabilities,
+    chat,
+    console,
+    health,
+    models,
+    openapi,
+    responses,
+    sessions,
+    tokens,
+    usage,
+)
 from app.routes import metrics as metrics_routes
 from app.routes import turns as turn_routes
 from app.routes.cors import CorsMiddleware
 from app.routes.head import HeadAsGet
+from app.routes.request_log import RequestLogMiddleware
+from app.security.approvals import ApprovalGate, ApprovalPolicy
 from app.security.auth import Authenticator
+from app.security.headers import SECURITY_HEADERS, SecurityHeaders
+from app.security.limits import Limits
+from app.security.redact import install as install_redaction
+from app.security.tokens import TokenIssuer
 from app.serving import ChatServing
+from app.session_service import SessionService
 from app.state import AppState
 from app.tools.plugins import load_plugin_tools
 from app.tools.registry import ToolRegistry
+from app.tools.sandbox import sandbox_status
 from app.tools.terminal import terminal_tools
 from app.tools.todo import state_tools
 from app.tools.web import web_tools
@@ -46,24 +73,79 @@ from app.tools.workspace import workspace_tools
 log = logging.getLogger(__name__)
 
 
-def build_providers(settings: Settings, key_states: KeyStates) -> dict[str, Provider]:
-    return {
-        profile.name: build_keyed_provider(profile, key_states)
-        for profile in settings.all_profiles()
-    }
+def build_providers(
+    settings: Settings, clients: UpstreamClients, key_states: KeyStates
+) -> dict[str, Provider]:
+    providers: dict[str, Provider] = {}
+    for profile in settings.all_profiles():
+        base_url = profile.base_url or DEFAULT_BASE_URLS[profile.provider]
+        providers[profile.name] = build_keyed_provider(
+            profile,
+            key_states,
+            base_url=base_url,
+            http_client=clients.for_url(base_url, timeout=profile.upstream_timeout_s),
+        )
+    return providers
+
+
+def build_authenticator(settings: Settings) -> Authenticator:
+    tokens = None
+    if settings.tokens_enabled and settings.token_secret is not None:
+        tokens = TokenIssuer(settings.token_secret.get_secret_value())
+    return Authenticator(
+        settings.api_key,
+        admin_key=settings.admin_api_key,
+        metrics_key=settings.metrics_api_key,
+        keys=settings.keys,
+        tokens=tokens,
+    )
+
+
+def build_gate(settings: Settings, store: Store, auth: Authenticator) -> ApprovalGate:
+    approval_store = ApprovalStore(store.engine)
+    # A pending approval of a dead process has nobody waiting on it: close it, so a
+    # decision that arrives now gets 409 instead of silently approving nothing.
+    if abandoned := approval_store.abandon_pending():
+        log.warning("closed %d approval(s) left pending by a previous process", abandoned)
+    policy = ApprovalPolicy.from_settings(settings)
+    if policy.bypass:
+        log.warning(
+            "COURIER_APPROVALS=off: dangerous commands run without asking; the floor, "
+            "deny globs and protected writes still hold"
+        )
+    return ApprovalGate(approval_store, policy, names={p.owner: p.label for p in auth.principals()})
+
+
+def known_secrets(settings: Settings) -> list[str]:
+    """Every credential the process holds, for the log and error redactor."""
+    values = [settings.api_key, settings.admin_api_key, settings.metrics_api_key]
+    values += [settings.upstream_api_key, settings.token_secret]
+    values += [p.api_key for p in settings.profiles]
+    values += [k for p in settings.all_profiles() for k in p.api_keys]
+    values += [k.key for k in settings.keys]
+    return [v.get_secret_value() for v in values if v is not None]
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
+    install_redaction(known_secrets(settings))
     store = Store.open(settings.db_path)
-    # SQLite is one process's file: a lease still set at startup belongs to a dead process.
-    if cleared := store.clear_all_leases():
+    # Only leases whose holder process is gone: `courier serve` holds the data directory's
+    # lock (app/db/instance.py), but a lease of a live holder must never be taken.
+    if cleared := store.clear_dead_leases(holder_alive):
         log.warning("cleared %d turn lease(s) left by a previous process", cleared)
     repair_interrupted_turns(store)
     metrics = Metrics()
-    turns = TurnManager(store, metrics)
-    providers = build_providers(settings, KeyStateStore(store.engine))
+    count_db_work(
+        store.engine, on_commit=metrics.db_commits.inc, on_statement=metrics.db_statements.inc
+    )
+    turns = TurnManager(store, metrics, max_running=settings.max_concurrent_turns)
+    clients = UpstreamClients(max_connections=settings.upstream_pool_size())
+    providers = build_providers(settings, clients, KeyStateStore(store.engine))
+    # Probed now rather than at the first command, so the startup log already says whether
+    # the terminal tool is offered and, if not, why (a container without the options).
+    await asyncio.to_thread(sandbox_status)
     tools = ToolRegistry(
         [
             *workspace_tools(),
@@ -73,27 +155,33 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             *load_plugin_tools(settings.tool_plugin_specs()),
         ]
     )
+    auth = build_authenticator(settings)
+    approvals = build_gate(settings, store, auth)
+    chat_serving = ChatServing(
+        settings=settings,
+        store=store,
+        turns=turns,
+        tools=tools,
+        providers=providers,
+        metrics=metrics,
+        approvals=approvals,
+        durable=DurableKeys(IdempotencyStore(store.engine)),
+    )
     app.state.courier = AppState(
         settings=settings,
         store=store,
-        auth=Authenticator(
-            settings.api_key,
-            admin_key=settings.admin_api_key,
-            metrics_key=settings.metrics_api_key,
-        ),
+        auth=auth,
         turns=turns,
         providers=providers,
-        chat=ChatServing(
-            settings=settings,
-            store=store,
-            turns=turns,
-            tools=tools,
-            providers=providers,
-            metrics=metrics,
-            durable=DurableKeys(IdempotencyStore(store.engine)),
-        ),
+        chat=chat_serving,
         started_at=int(time.time()),
         metrics=metrics,
+        approvals=approvals,
+        limits=Limits(max_concurrent_turns=settings.max_concurrent_turns),
+        responses=ResponsesServing(
+            chat=chat_serving,
+            sessions=SessionService(store=store, chat=chat_serving, turns=turns),
+        ),
     )
     if settings.metrics_port:
         # Loopback only: this listener has no auth, so it must not be reachable from outside.
@@ -104,7 +192,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await turns.shutdown(drain_s=settings.drain_timeout_s)
         for provider in providers.values():
             await provider.aclose()
+        await clients.aclose()
         store.close()
+        shutdown_worker()
 
 
 async def _api_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -125,7 +215,9 @@ async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _unhandled(_request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error", exc_info=exc)
-    return ApiError(500, "internal server error", code="internal_error").response()
+    # Starlette answers this one outside the middleware stack, so the headers go here too.
+    headers = {k.decode(): v.decode() for k, v in SECURITY_HEADERS}
+    return ApiError(500, "internal server error", code="internal_error", headers=headers).response()
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -146,7 +238,21 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(chat.router)
     app.include_router(sessions.router)
     app.include_router(turn_routes.router)
+    app.include_router(responses.router)
+    app.include_router(capabilities.router)
+    app.include_router(openapi.router)
     app.include_router(metrics_routes.router)
+    app.include_router(approval_routes.router)
+    app.include_router(tokens.router)
     app.add_middleware(HeadAsGet)
     app.add_middleware(CorsMiddleware, origins=settings.cors_origins)
+    app.include_router(usage.router)
+    app.include_router(console.router)
+    # Outermost, so CORS preflights and HEAD answers carry the headers too.
+    app.add_middleware(SecurityHeaders)
+    if settings.log_format == "json":
+        # Only for structured logs: a formatted line per request costs the hot path CPU,
+        # and text mode keeps no access log at all. Added last: outermost, so every
+        # response, refusals included, gets its request id.
+        app.add_middleware(RequestLogMiddleware)
     return app

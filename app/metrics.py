@@ -11,6 +11,23 @@ from app.providers.usage import Usage
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 
 
+_BUCKETS = ("input", "output", "cache_read", "cache_write", "reasoning")
+
+
+class _ModelSeries:
+    """One (profile, model)'s children, resolved once: `labels()` per call took a lock and
+    a tuple lookup for each of ten series on every upstream call."""
+
+    def __init__(self, metrics: Metrics, labels: tuple[str, str]) -> None:
+        self.tokens = [metrics.tokens.labels(*labels, bucket) for bucket in _BUCKETS]
+        self.cost = metrics.cost.labels(*labels)
+        self.unpriced = metrics.unpriced.labels(*labels)
+        self.calls: dict[str, Counter] = {}
+        self.latency = metrics.latency.labels(*labels)
+        self.ttft = metrics.ttft.labels(*labels)
+        self.cache_share = metrics.cache_share.labels(*labels)
+
+
 class Metrics:
     def __init__(self) -> None:
         # One registry per app, so tests can build several apps in one process.
@@ -49,7 +66,10 @@ class Metrics:
             "courier_turns", "Turns by exit reason", ["profile", "exit_reason"], registry=r
         )
         self.in_flight = Gauge("courier_turns_in_flight", "Turns running now", registry=r)
+        self.db_commits = Counter("courier_db_commits", "Committed transactions", registry=r)
+        self.db_statements = Counter("courier_db_statements", "SQL statements executed", registry=r)
         self._prompt: dict[tuple[str, str], tuple[int, int]] = {}
+        self._series: dict[tuple[str, str], _ModelSeries] = {}
 
     def observe_call(
         self,
@@ -63,27 +83,37 @@ class Metrics:
         outcome: str,
     ) -> None:
         labels = (profile, upstream_model)
-        for bucket, value in (
-            ("input", usage.input_tokens),
-            ("output", usage.output_tokens),
-            ("cache_read", usage.cache_read_tokens),
-            ("cache_write", usage.cache_write_tokens),
-            ("reasoning", usage.reasoning_tokens),
+        series = self._series.get(labels)
+        if series is None:
+            series = self._series[labels] = _ModelSeries(self, labels)
+        for child, value in zip(
+            series.tokens,
+            (
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
+                usage.reasoning_tokens,
+            ),
+            strict=True,
         ):
-            self.tokens.labels(*labels, bucket).inc(value)
+            child.inc(value)
         if cost.amount is not None:
-            self.cost.labels(*labels).inc(float(cost.amount))
+            series.cost.inc(float(cost.amount))
         elif cost.status == "unknown":
-            self.unpriced.labels(*labels).inc()
-        self.calls.labels(*labels, outcome).inc()
-        self.latency.labels(*labels).observe(latency_s)
+            series.unpriced.inc()
+        calls = series.calls.get(outcome)
+        if calls is None:
+            calls = series.calls[outcome] = self.calls.labels(*labels, outcome)
+        calls.inc()
+        series.latency.observe(latency_s)
         if ttft_s is not None:
-            self.ttft.labels(*labels).observe(ttft_s)
+            series.ttft.observe(ttft_s)
         read, prompt = self._prompt.get(labels, (0, 0))
         read, prompt = read + usage.cache_read_tokens, prompt + usage.prompt_tokens
         self._prompt[labels] = (read, prompt)
         if prompt:
-            self.cache_share.labels(*labels).set(read / prompt)
+            series.cache_share.set(read / prompt)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

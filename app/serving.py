@@ -62,6 +62,7 @@ from app.db.chat_store import (
     retract_after,
 )
 from app.db.models import SessionRow
+from app.db.session_query import is_retracted
 from app.db.store import NewMessage, Store
 from app.durable_idempotency import DurableKeys
 from app.metrics import Metrics
@@ -71,7 +72,8 @@ from app.protocol.openai import ChatCompletionRequest, ChatMessageIn
 from app.providers.base import OutputFormat, Provider, SamplingParams, ToolChoice, ToolSpec
 from app.providers.pricing import PriceOverride, price_usage
 from app.providers.usage import Usage
-from app.security.auth import Principal
+from app.security.approvals import ApprovalGate
+from app.security.auth import Principal, key_spend_caps
 from app.tools.memory import memory_snapshot
 from app.tools.registry import ToolRegistry
 
@@ -168,7 +170,9 @@ class ChatServing:
         providers: dict[str, Provider],
         metrics: Metrics,
         durable: DurableKeys | None = None,
+        approvals: ApprovalGate | None = None,
     ) -> None:
+        self.approvals = approvals
         self.metrics = metrics
         self.durable = durable
         self.prefixes = StablePrefixRegistry()
@@ -287,19 +291,30 @@ class ChatServing:
             profile=profile.name,
             end_user=request.user or request.safety_identifier,
         )
-        place = self._place(request, principal, profile, conversation, session, seed)
-        try:
-            self._append(place, conversation)
-            specs = client_specs(request)
-            handle = self.turns.start(
-                lambda turn_id, emit: self._context(
-                    request, profile, place, owner, spend, specs, fmt, turn_id=turn_id, emit=emit
-                ),
-                on_finish=self._indexer(place, seed),
-            )
-        except BaseException:
-            self.store.release_lease(session_id=place.session.id, lease=place.lease)
-            raise
+        # One transaction from here to the turn row (session or continuation, messages,
+        # lease): this span never awaits, and a failure leaves nothing half-made.
+        with self.store.unit():
+            place = self._place(request, principal, profile, conversation, session, seed)
+            try:
+                self._append(place, conversation)
+                specs = client_specs(request)
+                handle = self.turns.start(
+                    lambda turn_id, emit: self._context(
+                        request,
+                        profile,
+                        place,
+                        owner,
+                        spend,
+                        specs,
+                        fmt,
+                        turn_id=turn_id,
+                        emit=emit,
+                    ),
+                    on_finish=self._indexer(place, seed),
+                )
+            except BaseException:
+                self.store.release_lease(session_id=place.session.id, lease=place.lease)
+                raise
         return handle
 
     def _place(
@@ -550,7 +565,11 @@ class ChatServing:
     def _owned_session(self, principal: Principal, session_id: str) -> SessionRow:
         session = self.store.get_session(session_id=session_id)
         # Another key's session answers exactly like a missing one: no existence oracle.
-        if session is None or (session.owner != principal.owner and not principal.admin):
+        if (
+            session is None
+            or (session.owner != principal.owner and not principal.admin)
+            or is_retracted(self.store, session_id=session_id)
+        ):
             raise ApiError(
                 404,
                 f"session '{session_id}' not found",
@@ -614,7 +633,8 @@ class ChatServing:
         return TurnContext(
             store=self.store,
             provider=self.providers[profile.name],
-            tools=self.tools,
+            # The snapshot is the allowlist: a hidden tool is an unknown tool to this turn.
+            tools=self.tools.restricted_to(snapshot_names(session.tool_snapshot)),
             profile=profile,
             session_id=session.id,
             owner=owner,
@@ -630,6 +650,7 @@ class ChatServing:
             stable_tier=stable_tier(profile, snapshot_names(session.tool_snapshot)),
             prefixes=self.prefixes,
             compressor=self.compressor,
+            gate=self.approvals,
             rebuild_prompt=lambda: self.session_prompt(
                 profile,
                 session_id=session.id,
@@ -759,12 +780,16 @@ class ChatServing:
             spent = Decimal(session.cost_usd) if session else Decimal(0)
             caps.append(Cap("session", s.spend_cap_session_usd, spent))
         # Key caps bill the session's owner, even when an admin key drives the turn.
-        if s.spend_cap_key_usd is not None:
+        # A `[[keys]]` entry's own caps win over the global per-key caps.
+        own_total, own_daily = key_spend_caps(s.keys).get(owner, (None, None))
+        key_total = own_total if own_total is not None else s.spend_cap_key_usd
+        key_daily = own_daily if own_daily is not None else s.spend_cap_key_daily_usd
+        if key_total is not None:
             spent, _ = self.store.spent_by_owner(owner=owner)
-            caps.append(Cap("API key", s.spend_cap_key_usd, spent))
-        if s.spend_cap_key_daily_usd is not None:
+            caps.append(Cap("API key", key_total, spent))
+        if key_daily is not None:
             spent, _ = self.store.spent_by_owner(owner=owner, since=time.time() - DAY_S)
-            caps.append(Cap("API key (24h)", s.spend_cap_key_daily_usd, spent))
+            caps.append(Cap("API key (24h)", key_daily, spent))
         if not caps:
             return SpendGuard([])
         # Refuse up front when spend cannot be tracked: a cap on an unpriced model would

@@ -1,14 +1,20 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from openai import OpenAI
 
+from tests.support.compat import compat_servers  # noqa: F401  (pytest fixtures)
 from tests.support.fixtures import sim, simulator  # noqa: F401  (pytest fixtures)
 from tests.support.server import Server, sim_env
 from tests.support.sim import Simulator
+
+# Every store in the suite (in-process, and each server subprocess, which inherits this)
+# checks its kept live log against a fresh read from the database on every call.
+os.environ.setdefault("COURIER_VERIFY_LIVE_LOG", "1")
 
 
 @pytest.fixture(scope="module")

@@ -110,11 +110,12 @@ def test_cjk_session_running_2x_high_does_not_compact_early(store: Store) -> Non
         rough_at_call=rough_at_call,
         usage=Usage(input_tokens=4_500),
         threshold=threshold,
+        lease=LEASE,
     )
     rough_now = threshold + 500  # the raw estimate says "over the line"
-    assert not comp.needs_compaction(store, _session(store), PROFILE, rough_now)
+    assert not comp.needs_compaction(store, _session(store), PROFILE, rough_now, lease=LEASE)
     uncalibrated = PROFILE.model_copy(update={"calibrated_trigger": False})
-    assert comp.needs_compaction(store, _session(store), uncalibrated, rough_now)
+    assert comp.needs_compaction(store, _session(store), uncalibrated, rough_now, lease=LEASE)
 
 
 def test_ascii_session_compacts_at_the_right_point(store: Store) -> None:
@@ -126,9 +127,10 @@ def test_ascii_session_compacts_at_the_right_point(store: Store) -> None:
         rough_at_call=10_000,
         usage=Usage(input_tokens=10_000),
         threshold=threshold,
+        lease=LEASE,
     )
-    assert not comp.needs_compaction(store, _session(store), PROFILE, threshold - 1)
-    assert comp.needs_compaction(store, _session(store), PROFILE, threshold)
+    assert not comp.needs_compaction(store, _session(store), PROFILE, threshold - 1, lease=LEASE)
+    assert comp.needs_compaction(store, _session(store), PROFILE, threshold, lease=LEASE)
 
 
 def test_a_floor_over_the_threshold_never_loops(
@@ -136,9 +138,9 @@ def test_a_floor_over_the_threshold_never_loops(
 ) -> None:
     comp = _compressor()
     huge = "x" * (threshold_tokens(PROFILE) * 4 + 100)
-    store.update_session(session_id=SID, system_prompt=huge)
+    store.update_session(session_id=SID, lease=LEASE, system_prompt=huge)
     for _ in range(3):
-        assert not comp.needs_compaction(store, _session(store), PROFILE, 10**6)
+        assert not comp.needs_compaction(store, _session(store), PROFILE, 10**6, lease=LEASE)
     assert sum("alone" in r.message for r in caplog.records) == 1  # said once
 
 
@@ -253,7 +255,7 @@ async def test_summariser_failure_falls_back_and_counts(store: Store) -> None:
 async def test_a_middle_too_small_to_summarise_is_streak_neutral(store: Store) -> None:
     for n in range(40):
         _exchange(store, n, result_chars=40)
-    store.update_session(session_id=SID, fallback_streak=1)
+    store.update_session(session_id=SID, lease=LEASE, fallback_streak=1)
     called: list[int] = []
 
     async def summarise(request: ModelRequest) -> tuple[str, Usage | None]:
@@ -311,12 +313,17 @@ def test_tool_transactions_are_never_split() -> None:
 def _verdict(store: Store, billed: int | None) -> None:
     usage = Usage(input_tokens=billed) if billed is not None else None
     observe_response(
-        store, _session(store), rough_at_call=1, usage=usage, threshold=threshold_tokens(PROFILE)
+        store,
+        _session(store),
+        rough_at_call=1,
+        usage=usage,
+        threshold=threshold_tokens(PROFILE),
+        lease=LEASE,
     )
 
 
 def test_a_response_without_usage_consumes_the_latch(store: Store) -> None:
-    store.update_session(session_id=SID, verdict_pending=True)
+    store.update_session(session_id=SID, lease=LEASE, verdict_pending=True)
     _verdict(store, None)
     session = _session(store)
     assert not session.verdict_pending and session.compaction_strikes == 0
@@ -331,34 +338,36 @@ def test_breaker_trips_after_two_ineffective_verdicts_and_allows_one_probation(
     comp = _compressor(clock)
     over = threshold_tokens(PROFILE) + 1_000
     for _ in range(2):
-        assert comp.needs_compaction(store, _session(store), PROFILE, over)
-        store.update_session(session_id=SID, verdict_pending=True)
+        assert comp.needs_compaction(store, _session(store), PROFILE, over, lease=LEASE)
+        store.update_session(session_id=SID, lease=LEASE, verdict_pending=True)
         _verdict(store, over)  # compaction ran; the prompt stayed over the line
     assert _session(store).compaction_strikes == 2
-    assert not comp.needs_compaction(store, _session(store), PROFILE, over)  # arms deadline
+    assert not comp.needs_compaction(
+        store, _session(store), PROFILE, over, lease=LEASE
+    )  # arms deadline
     clock.now += BLOCK_WINDOW_S - 1
-    assert not comp.needs_compaction(store, _session(store), PROFILE, over)
+    assert not comp.needs_compaction(store, _session(store), PROFILE, over, lease=LEASE)
     # A restart does not reset it: a fresh process starts a full window blocked.
     restarted = _compressor(clock)
-    assert not restarted.needs_compaction(store, _session(store), PROFILE, over)
+    assert not restarted.needs_compaction(store, _session(store), PROFILE, over, lease=LEASE)
     clock.now += 2
-    assert comp.needs_compaction(store, _session(store), PROFILE, over)  # probation
+    assert comp.needs_compaction(store, _session(store), PROFILE, over, lease=LEASE)  # probation
     assert _session(store).compaction_strikes == 1
-    store.update_session(session_id=SID, verdict_pending=True)
+    store.update_session(session_id=SID, lease=LEASE, verdict_pending=True)
     _verdict(store, over)  # the probe failed too: re-tripped at once
-    assert not comp.needs_compaction(store, _session(store), PROFILE, over)
+    assert not comp.needs_compaction(store, _session(store), PROFILE, over, lease=LEASE)
     clock.now += 10
-    assert not comp.needs_compaction(store, _session(store), PROFILE, over)
+    assert not comp.needs_compaction(store, _session(store), PROFILE, over, lease=LEASE)
 
 
 def test_two_fallback_summaries_trip_the_breaker_too(store: Store) -> None:
     comp = _compressor()
-    store.update_session(session_id=SID, fallback_streak=2)
-    assert not comp.needs_compaction(store, _session(store), PROFILE, 10**6)
+    store.update_session(session_id=SID, lease=LEASE, fallback_streak=2)
+    assert not comp.needs_compaction(store, _session(store), PROFILE, 10**6, lease=LEASE)
 
 
 def test_an_effective_verdict_resets_strikes(store: Store) -> None:
-    store.update_session(session_id=SID, compaction_strikes=1, verdict_pending=True)
+    store.update_session(session_id=SID, lease=LEASE, compaction_strikes=1, verdict_pending=True)
     _verdict(store, 100)
     assert _session(store).compaction_strikes == 0
 
@@ -368,7 +377,7 @@ async def test_a_summary_skipped_for_spend_is_streak_neutral(store: Store) -> No
 
     for n in range(30):
         _exchange(store, n, result_chars=2_000)
-    store.update_session(session_id=SID, fallback_streak=1)
+    store.update_session(session_id=SID, lease=LEASE, fallback_streak=1)
 
     async def capped(request: ModelRequest) -> tuple[str, Usage | None]:
         raise SummarySkipped("spend cap")

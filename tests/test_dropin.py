@@ -37,12 +37,15 @@ LOOKUP = {
 
 
 def _post(server: Server, body: dict[str, Any], **headers: str) -> httpx.Response:
-    return httpx.post(
+    resp = httpx.post(
         f"{server.base_url}/v1/chat/completions",
         json={"model": "courier", **body},
         headers=server.headers(**headers),
         timeout=30,
     )
+    if resp.status_code >= 500 or resp.status_code == 429:
+        print(resp.status_code, resp.headers, resp.text)  # shown when a test fails
+    return resp
 
 
 def _stream(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.tools import files, workspace
+from app.tools import beneath, files, workspace
 from app.tools.files import file_tools
 from app.tools.registry import PathClaim, Tool, ToolContext, ToolError, ToolRegistry
 from app.tools.workspace import workspace_tools
@@ -360,12 +360,41 @@ async def test_os_errors_reach_the_model(
     def denied(*args: Any, **kwargs: Any) -> Any:
         raise PermissionError(13, "Permission denied", str(ws / "f.txt"))
 
-    monkeypatch.setattr(files.tempfile, "mkstemp", denied)
+    monkeypatch.setattr(files, "write_atomic", denied)
     message = await refused("write_file", {"path": "f.txt", "content": "x"}, ctx)
     assert message == "f.txt: Permission denied"
     assert not (ws / "f.txt").exists()
 
 
 def test_helpers_are_shared() -> None:
-    # One containment check for every file tool: files.py reuses workspace.py's resolver.
-    assert files.resolve_in_workspace is workspace.resolve_in_workspace
+    # One containment check for every file tool: both modules open through beneath.py.
+    assert files.open_in_workspace is workspace.open_in_workspace
+    assert files.open_beneath is workspace.open_beneath is beneath.open_beneath
+
+
+# ------------------------------------------------------------------- bounded search
+
+
+async def test_catastrophic_pattern_runs_in_linear_time(ctx: ToolContext, ws: Path) -> None:
+    # Under Python's re this line takes longer than the universe has left.
+    (ws / "evil.txt").write_text("a" * 5000 + "!\n")
+    out = await call("search_files", {"pattern": "(a+)+$"}, ctx)
+    assert out == "no matches for '(a+)+$' under ."
+
+
+async def test_backtracking_only_features_are_refused_clearly(ctx: ToolContext, ws: Path) -> None:
+    (ws / "f.txt").write_text("abab\n")
+    message = await refused("search_files", {"pattern": r"(ab)\1"}, ctx)
+    assert "linear time" in message and "backreferences" in message
+    assert await call("search_files", {"pattern": r"(ab)\1", "regex": False}, ctx) == (
+        "no matches for '(ab)\\\\1' under ."
+    )
+
+
+async def test_search_past_its_deadline_is_a_tool_error(
+    ctx: ToolContext, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (ws / "f.txt").write_text("x\n")
+    monkeypatch.setattr(files, "SEARCH_TIMEOUT_S", -1.0)
+    message = await refused("search_files", {"pattern": "x"}, ctx)
+    assert message.startswith("search_files timed out after -1 s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from decimal import Decimal
 from pathlib import Path
@@ -143,3 +144,44 @@ def test_an_older_database_gains_new_columns(tmp_path: Path) -> None:
     assert session is not None
     assert session.compactions == 0 and session.tool_snapshot == "[]"
     assert session.verdict_pending is False and session.anchor_rough is None
+
+
+def test_bulk_paths_round_trip_every_field(tmp_path: Path) -> None:
+    # create_session inserts and active_messages reads with Core statements (for speed);
+    # they must agree with the ORM paths on every column, including ones added later.
+    from app.db import store as store_module
+    from app.db.models import MessageRow
+
+    columns = set(MessageRow.__table__.columns.keys())
+    values = store_module._message_values(NewMessage(role="user"), session_id="s", turn_id=None)
+    assert set(values) == columns - {"id"}
+    s = Store.open(tmp_path / "rt.db")
+    full = NewMessage(
+        role="assistant",
+        content="c",
+        api_content="a",
+        tool_calls=[{"id": "t1", "name": "n", "arguments": "{}"}],
+        tool_call_id="x",
+        tool_name="n",
+        is_error=True,
+        reasoning="r",
+        kind="summary",
+        images=("k1", "k2"),
+    )
+    s.create_session(
+        session_id="bulk", owner="o", profile="courier", system_prompt="p", lease="L",
+        lease_ttl_s=60, messages=[full],
+    )  # fmt: skip
+    s.create_session(session_id="orm", owner="o", profile="courier", system_prompt="p")
+    assert s.acquire_lease(session_id="orm", lease="L", ttl_s=60)
+    s.append_messages(session_id="orm", lease="L", turn_id=None, messages=[full])
+    bulk, orm = s.active_messages(session_id="bulk"), s.active_messages(session_id="orm")
+    assert [m.as_new() for m in bulk] == [m.as_new() for m in orm]
+    assert bulk[0].as_new() == dataclasses.replace(full, reasoning=None)
+    via_orm = s.get_message(session_id="bulk", message_id=bulk[0].id)
+    assert via_orm is not None and via_orm.as_new() == bulk[0].as_new()
+    s.close()
+    con = sqlite3.connect(tmp_path / "rt.db")
+    rows = con.execute("SELECT reasoning, active, compacted FROM message ORDER BY id").fetchall()
+    con.close()
+    assert rows == [("r", 1, 0), ("r", 1, 0)]

@@ -254,11 +254,16 @@ async def test_no_network_by_default(workspace: Path, listener: socket.socket) -
         listener.accept()
 
 
-async def test_network_when_the_profile_allows_it(workspace: Path, listener: socket.socket) -> None:
+async def test_network_on_still_keeps_the_host_loopback_out(
+    workspace: Path, listener: socket.socket
+) -> None:
+    # network = true used to share the host's namespace: this connect succeeded. Now the
+    # sandbox's only way out is the egress proxy (tests/test_egress.py).
     port = listener.getsockname()[1]
     out = await run(workspace, CONNECT.format(port=port), network=True)
-    assert out == "exit code: 0\nconnected\n"
-    listener.accept()[0].close()
+    assert "connected" not in out.splitlines()
+    with pytest.raises(BlockingIOError):
+        listener.accept()
 
 
 async def test_fork_bomb_hits_the_process_limit(workspace: Path) -> None:
@@ -330,3 +335,17 @@ async def test_local_backend_timeout_and_leftovers(workspace: Path) -> None:
     assert wait_gone(b"sleep\x0025.3") == []
     assert wait_gone(b"sleep\x0024.9") == []
     assert os.getpid()  # the test process itself was not in the killed group
+
+
+async def test_the_host_keyring_is_invisible(workspace: Path) -> None:
+    # The issue's finding: /proc/keys in the sandbox listed the host keyring's entries.
+    assert Path("/proc/keys").exists()
+    script = (
+        "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+        # keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, create=1)
+        "r = libc.syscall(250, 0, -3, 1); print('keyctl', r, ctypes.get_errno())"
+    )
+    out = await run(
+        workspace, f'cat /proc/keys /proc/key-users 2>/dev/null | wc -c; python3 -c "{script}"'
+    )
+    assert out == "exit code: 0\n0\nkeyctl -1 38\n"  # nothing readable; ENOSYS

@@ -217,10 +217,10 @@ async def test_resolve_allow_list_kinds(dns: FakeDNS) -> None:
     assert await resolve_and_check("WIKI.internal.", 80, allow=("wiki.internal",)) == ["10.1.2.3"]
     # A bare address admits that literal destination in any spelling...
     for spelling in ("127.0.0.1", "2130706433", "[::ffff:127.0.0.1]"):
-        assert await resolve_and_check(spelling, 80, allow=("127.0.0.1",))
+        assert await resolve_and_check(spelling, 80, allow=("127.0.0.1:*",))
     # ...but not a name that resolves to it.
     with pytest.raises(AddressRefused, match=r"localhost resolves to .*loopback"):
-        await resolve_and_check("localhost", 80, allow=("127.0.0.1",))
+        await resolve_and_check("localhost", 80, allow=("127.0.0.1:*",))
     # A mapped address is matched against v4 CIDRs by the address it reaches.
     assert await resolve_and_check("::ffff:10.9.9.9", 80, allow=("10.0.0.0/8",))
     # Malformed entries allow nothing.
@@ -428,7 +428,7 @@ async def test_redirect_to_private_target_is_refused(
     target = target.format(port=site.port)
     start = f"{site.base}/redirect?to={quote(target, safe='')}"
     with pytest.raises(ToolError, match=REFUSED):
-        await fetch(start, ctx(allow=("127.0.0.1",)))
+        await fetch(start, ctx(allow=("127.0.0.1:*",)))
     assert [address for _, address in requests] == ["127.0.0.1"]  # the first hop only
     assert site.paths() == [f"/redirect?to={quote(target, safe='')}"]
 
@@ -455,14 +455,14 @@ async def test_redirect_from_allowed_name_to_loopback_is_refused(
     target = target.format(port=site.port)
     start = f"http://docs.test:{site.port}/redirect?to={quote(target, safe='')}"
     with pytest.raises(ToolError, match=REFUSED):
-        await fetch(start, ctx(allow=("docs.test",)))
+        await fetch(start, ctx(allow=("docs.test:*",)))
     assert len(requests) == 1
     assert len(site.hits) == 1 and site.hits[0][0].startswith("/redirect")
 
 
 async def test_network_off_is_refused(site: Site, no_connect: None) -> None:
     with pytest.raises(ToolError, match="does not allow network access"):
-        await fetch(f"{site.base}/page", ctx(allow=("127.0.0.1",), network=False))
+        await fetch(f"{site.base}/page", ctx(allow=("127.0.0.1:*",), network=False))
     assert site.hits == []
 
 
@@ -488,7 +488,7 @@ async def test_redirect_to_other_scheme_is_refused(
 ) -> None:
     start = f"{site.base}/redirect?to={quote('file:///etc/passwd', safe='')}"
     with pytest.raises(ToolError, match="only http and https"):
-        await fetch(start, ctx(allow=("127.0.0.1",)))
+        await fetch(start, ctx(allow=("127.0.0.1:*",)))
     assert len(requests) == 1
 
 
@@ -505,7 +505,7 @@ async def test_refusal_through_registry_is_a_tool_error() -> None:
 
 
 async def test_html_page_becomes_wrapped_text(site: Site) -> None:
-    out = await fetch(f"{site.base}/page", ctx(allow=("127.0.0.1",)))
+    out = await fetch(f"{site.base}/page", ctx(allow=("127.0.0.1:*",)))
     header, _, rest = out.partition("\n")
     assert header == f"HTTP 200 OK · text/html · {site.base}/page"
     assert rest.startswith(f"<<<UNTRUSTED WEB CONTENT from {site.base}/page>>>\n")
@@ -525,7 +525,7 @@ async def test_html_page_becomes_wrapped_text(site: Site) -> None:
 
 
 async def test_plain_text_delimiter_is_defanged(site: Site) -> None:
-    out = await fetch(f"{site.base}/plain", ctx(allow=("127.0.0.1",)))
+    out = await fetch(f"{site.base}/plain", ctx(allow=("127.0.0.1:*",)))
     body = out.split("\n", 1)[1]
     assert body.startswith("<<<UNTRUSTED WEB CONTENT from ")
     assert body.count(CLOSE_MARK) == 1 and body.endswith(CLOSE_MARK)
@@ -533,13 +533,13 @@ async def test_plain_text_delimiter_is_defanged(site: Site) -> None:
 
 
 async def test_short_output_is_not_wrapped(site: Site) -> None:
-    out = await fetch(f"{site.base}/short", ctx(allow=("127.0.0.1",)))
+    out = await fetch(f"{site.base}/short", ctx(allow=("127.0.0.1:*",)))
     assert out.endswith("\nok")
     assert "<<<" not in out
 
 
 async def test_relative_redirect_is_followed(site: Site) -> None:
-    out = await fetch(f"{site.base}/redirect?to=/plain", ctx(allow=("127.0.0.1",)))
+    out = await fetch(f"{site.base}/redirect?to=/plain", ctx(allow=("127.0.0.1:*",)))
     assert "plain text body" in out
     assert f"(redirected from {site.base}/redirect?to=/plain after 1 hop(s))" in out
     assert site.paths() == ["/redirect?to=/plain", "/plain"]
@@ -547,7 +547,7 @@ async def test_relative_redirect_is_followed(site: Site) -> None:
 
 async def test_redirect_loop_stops(site: Site) -> None:
     with pytest.raises(ToolError, match="too many redirects"):
-        await fetch(f"{site.base}/loop", ctx(allow=("127.0.0.1",)))
+        await fetch(f"{site.base}/loop", ctx(allow=("127.0.0.1:*",)))
     assert site.paths() == ["/loop"] * (web.MAX_REDIRECTS + 1)
 
 
@@ -557,47 +557,47 @@ async def test_connects_to_checked_address_with_original_host(
     # Pinning: the name is resolved once, by the guard; the connection goes to that address
     # and the server still sees the name in the Host header.
     dns.table["pinned.test"] = ["127.0.0.1"]
-    out = await fetch(f"http://pinned.test:{site.port}/host", ctx(allow=("pinned.test",)))
+    out = await fetch(f"http://pinned.test:{site.port}/host", ctx(allow=("pinned.test:*",)))
     assert f"you asked for host pinned.test:{site.port} at this server" in out
     assert requests == [(f"http://pinned.test:{site.port}/host", "127.0.0.1")]
     assert dns.lookups.count("pinned.test") == 1
 
 
 async def test_size_cap_truncates(site: Site) -> None:
-    page, _ = await web.fetch(httpx.URL(f"{site.base}/big"), ("127.0.0.1",))
+    page, _ = await web.fetch(httpx.URL(f"{site.base}/big"), ("127.0.0.1:*",))
     assert page.truncated and page.body is not None and len(page.body) == MAX_BODY_BYTES
-    out = await fetch(f"{site.base}/big", ctx(allow=("127.0.0.1",)), max_chars=1000)
+    out = await fetch(f"{site.base}/big", ctx(allow=("127.0.0.1:*",)), max_chars=1000)
     assert "[truncated: showing 1000 of 2097152 chars" in out
     assert "[the body was cut off at 2 MB]" in out
     assert "\n" + "x" * 1000 + f"\n{CLOSE_MARK}\n" in out
 
 
 async def test_gzip_bomb_is_capped_while_inflating(site: Site) -> None:
-    page, _ = await web.fetch(httpx.URL(f"{site.base}/bomb"), ("127.0.0.1",))
+    page, _ = await web.fetch(httpx.URL(f"{site.base}/bomb"), ("127.0.0.1:*",))
     assert page.truncated and page.body is not None and len(page.body) == MAX_BODY_BYTES
 
 
 async def test_gzip_body_is_inflated(site: Site) -> None:
-    out = await fetch(f"{site.base}/gzip", ctx(allow=("127.0.0.1",)))
+    out = await fetch(f"{site.base}/gzip", ctx(allow=("127.0.0.1:*",)))
     assert "compressed hello, long enough to be wrapped in markers" in out
 
 
 async def test_max_chars_truncates(site: Site) -> None:
-    out = await fetch(f"{site.base}/plain", ctx(allow=("127.0.0.1",)), max_chars="40")
+    out = await fetch(f"{site.base}/plain", ctx(allow=("127.0.0.1:*",)), max_chars="40")
     # Cut before the page's own delimiter; the note comes after the real closing one.
     assert out.endswith(
         f"plain text body\n‹‹‹END UNTRUSTED WEB CON\n{CLOSE_MARK}\n[truncated: showing 40 of 74"
         " chars; pass a larger max_chars (up to 100000) to see more]"
     )
     with pytest.raises(ToolError, match="max_chars"):
-        await fetch(f"{site.base}/plain", ctx(allow=("127.0.0.1",)), max_chars=0)
+        await fetch(f"{site.base}/plain", ctx(allow=("127.0.0.1:*",)), max_chars=0)
 
 
 async def test_binary_is_described_not_shown(site: Site) -> None:
-    out = await fetch(f"{site.base}/image.png", ctx(allow=("127.0.0.1",)))
+    out = await fetch(f"{site.base}/image.png", ctx(allow=("127.0.0.1:*",)))
     assert "binary content (image/png, 108 bytes); not shown" in out
     assert "PNG" not in out.split("\n", 1)[1]
-    out = await fetch(f"{site.base}/mystery", ctx(allow=("127.0.0.1",)))
+    out = await fetch(f"{site.base}/mystery", ctx(allow=("127.0.0.1:*",)))
     assert "binary content" in out and "binary\n" not in out
 
 
@@ -608,7 +608,7 @@ async def test_total_time_cap(site: Site, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(web, "_request", stall)
     monkeypatch.setattr(web, "TOTAL_TIMEOUT_S", 0.05)
     with pytest.raises(ToolError, match=r"gave up on .* after 0\.05 s"):
-        await fetch(f"{site.base}/page", ctx(allow=("127.0.0.1",)))
+        await fetch(f"{site.base}/page", ctx(allow=("127.0.0.1:*",)))
 
 
 # --------------------------------------------------------------------------- TLS
@@ -649,10 +649,52 @@ async def test_https_pins_address_and_verifies_the_name(
     monkeypatch.setattr(web, "_TLS_VERIFY", ssl.create_default_context(cafile=str(cert)))
     dns.table["secure.test"] = ["127.0.0.1"]
     url = f"https://secure.test:{site.port}/host"
-    out = await fetch(url, ctx(allow=("secure.test",)))
+    out = await fetch(url, ctx(allow=("secure.test:*",)))
     assert f"you asked for host secure.test:{site.port} at this server" in out
     assert sni[-1] == "secure.test"
     # The certificate names secure.test, not the address we dialled: fetching by address
     # fails verification, which shows the check above really was against the name.
     with pytest.raises(ToolError, match="CERTIFICATE_VERIFY_FAILED"):
-        await fetch(f"https://127.0.0.1:{site.port}/host", ctx(allow=("127.0.0.1",)))
+        await fetch(f"https://127.0.0.1:{site.port}/host", ctx(allow=("127.0.0.1:*",)))
+
+
+async def test_allow_list_entries_are_port_scoped(dns: FakeDNS) -> None:
+    dns.table["wiki.internal"] = ["10.1.2.3"]
+    # A bare entry admits the web's ports only: a control API on another port stays shut.
+    assert await resolve_and_check("wiki.internal", 443, allow=("wiki.internal",))
+    with pytest.raises(AddressRefused):
+        await resolve_and_check("wiki.internal", 2375, allow=("wiki.internal",))
+    # host:port admits that port only; host:* every port.
+    assert await resolve_and_check("wiki.internal", 8080, allow=("wiki.internal:8080",))
+    with pytest.raises(AddressRefused):
+        await resolve_and_check("wiki.internal", 8081, allow=("wiki.internal:8080",))
+    assert await resolve_and_check("wiki.internal", 2375, allow=("wiki.internal:*",))
+    # Addresses and CIDRs are scoped the same way; IPv6 takes brackets for a port.
+    assert await resolve_and_check("127.0.0.1", 8080, allow=("127.0.0.1:8080",))
+    with pytest.raises(AddressRefused):
+        await resolve_and_check("127.0.0.1", 9090, allow=("127.0.0.1:8080", "127.0.0.1"))
+    assert await resolve_and_check("::1", 8080, allow=("[::1]:8080",))
+    assert await resolve_and_check("10.0.0.9", 5000, allow=("10.0.0.0/8:5000",))
+    with pytest.raises(AddressRefused):
+        await resolve_and_check("10.0.0.9", 5001, allow=("10.0.0.0/8:5000",))
+    # An unreadable port admits nothing.
+    with pytest.raises(AddressRefused):
+        await resolve_and_check("wiki.internal", 443, allow=("wiki.internal:http",))
+
+
+async def test_a_redirect_to_another_port_of_an_allowed_host_is_refused(
+    site: Site, requests: list[tuple[str, str]]
+) -> None:
+    other = f"http://127.0.0.1:{site.port + 1 if site.port < 65535 else 1}/control"
+    start = f"{site.base}/redirect?to={quote(other, safe='')}"
+    with pytest.raises(ToolError, match=REFUSED):
+        await fetch(start, ctx(allow=(f"127.0.0.1:{site.port}",)))
+    assert [address for _, address in requests] == ["127.0.0.1"]  # the first hop only
+
+
+def test_web_fetch_is_offered_only_with_network() -> None:
+    from app.config import Profile
+
+    assert "web" not in Profile().toolsets
+    assert "web" in Profile(network=True).toolsets
+    assert "web" not in Profile(toolsets=("core", "web")).toolsets

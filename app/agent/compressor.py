@@ -179,7 +179,7 @@ class Breaker:
     clock: Callable[[], float] = time.monotonic
     _deadlines: dict[str, float] = field(default_factory=dict)
 
-    def allows(self, store: Store, session: SessionRow) -> bool:
+    def allows(self, store: Store, session: SessionRow, *, lease: str) -> bool:
         tripped = session.compaction_strikes >= 2 or session.fallback_streak >= 2
         if not tripped:
             self._deadlines.pop(session.id, None)
@@ -201,7 +201,7 @@ class Breaker:
         self._deadlines.pop(session.id, None)
         strikes, streak = min(session.compaction_strikes, 1), min(session.fallback_streak, 1)
         store.update_session(
-            session_id=session.id, compaction_strikes=strikes, fallback_streak=streak
+            session_id=session.id, lease=lease, compaction_strikes=strikes, fallback_streak=streak
         )
         session.compaction_strikes, session.fallback_streak = strikes, streak
         log.info("session %s: compaction probation attempt", session.id)
@@ -218,6 +218,7 @@ def observe_response(
     rough_at_call: int,
     usage: Usage | None,
     threshold: int,
+    lease: str,
 ) -> None:
     """Re-anchor on a response whose prompt fit, and give a pending compaction its verdict.
 
@@ -243,7 +244,7 @@ def observe_response(
                     threshold,
                 )
     updates["last_call_at"] = time.time()
-    store.update_session(session_id=session.id, **updates)
+    store.update_session(session_id=session.id, lease=lease, **updates)
 
 
 # ---------------------------------------------------------------------- splitting
@@ -399,7 +400,7 @@ class Compressor:
         )
 
     def needs_compaction(
-        self, store: Store, session: SessionRow, profile: Profile, rough: int
+        self, store: Store, session: SessionRow, profile: Profile, rough: int, *, lease: str
     ) -> bool:
         threshold = threshold_tokens(profile)
         floor = self.estimator.floor(session.system_prompt, session.tool_snapshot)
@@ -417,7 +418,7 @@ class Compressor:
         estimate = projected(rough, session) if profile.calibrated_trigger else rough
         if estimate < threshold:
             return False
-        return self.breaker.allows(store, session)
+        return self.breaker.allows(store, session, lease=lease)
 
     # -------------------------------------------------------------- prune
 

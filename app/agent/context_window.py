@@ -74,7 +74,7 @@ async def preflight(
         assert session is not None
         rows = store.active_messages(session_id=ctx.session_id)
     rough = comp.estimate(session, rows)
-    if force or comp.needs_compaction(store, session, profile, rough):
+    if force or comp.needs_compaction(store, session, profile, rough, lease=ctx.lease):
         prompt = await comp.compact(
             store,
             session,
@@ -104,4 +104,5 @@ def observe(ctx: TurnContext, *, rough_at_call: int, usage: Usage | None) -> Non
         rough_at_call=rough_at_call,
         usage=usage,
         threshold=threshold_tokens(ctx.profile),
+        lease=ctx.lease,
     )

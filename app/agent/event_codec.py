@@ -8,6 +8,8 @@ from decimal import Decimal
 from typing import Any, assert_never
 
 from app.agent.events import (
+    ApprovalRequested,
+    ApprovalResolved,
     ClientToolCalls,
     ToolFinished,
     ToolStarted,
@@ -37,6 +39,23 @@ def encode(event: TurnEvent) -> dict[str, Any]:
                 "name": event.name,
                 "is_error": event.is_error,
                 "duration_ms": event.duration_ms,
+            }
+        case ApprovalRequested():
+            return {
+                "kind": event.kind,
+                "approval_id": event.approval_id,
+                "call_id": event.call_id,
+                "name": event.name,
+                "summary": event.summary,
+                "expires_at": event.expires_at,
+                "grantable": event.grantable,
+            }
+        case ApprovalResolved():
+            return {
+                "kind": event.kind,
+                "approval_id": event.approval_id,
+                "call_id": event.call_id,
+                "status": event.status,
             }
         case ClientToolCalls():
             calls = [[c.id, c.name, c.arguments] for c in event.calls]
@@ -89,6 +108,11 @@ def decode(raw: dict[str, Any]) -> TurnEvent:
         return ToolStarted(raw["call_id"], raw["name"])
     if kind == "tool_finished":
         return ToolFinished(raw["call_id"], raw["name"], raw["is_error"], raw["duration_ms"])
+    if kind == "approval_requested":
+        fields = {k: v for k, v in raw.items() if k != "kind"}
+        return ApprovalRequested(**fields)
+    if kind == "approval_resolved":
+        return ApprovalResolved(raw["approval_id"], raw["call_id"], raw["status"])
     if kind == "client_tool_calls":
         return ClientToolCalls(tuple(ToolCall(*c) for c in raw["calls"]))
     if kind == "finished":

@@ -54,6 +54,29 @@ class ToolFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """A tool call is parked until a human decides (`POST /v1/approvals/{id}`)."""
+
+    approval_id: str
+    call_id: str
+    name: str
+    summary: str
+    """The command or path as the approver sees it, secrets redacted."""
+    expires_at: float
+    grantable: bool = True
+    kind: Literal["approval_requested"] = "approval_requested"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalResolved:
+    approval_id: str
+    call_id: str
+    status: str
+    """approved, denied, expired or cancelled."""
+    kind: Literal["approval_resolved"] = "approval_resolved"
+
+
+@dataclass(frozen=True, slots=True)
 class ClientToolCalls:
     """Calls to tools the client declared: the turn ends and the client runs them."""
 
@@ -90,4 +113,13 @@ class TurnFinished:
     kind: Literal["finished"] = "finished"
 
 
-TurnEvent = TurnText | TurnReasoning | ToolStarted | ToolFinished | ClientToolCalls | TurnFinished
+TurnEvent = (
+    TurnText
+    | TurnReasoning
+    | ToolStarted
+    | ToolFinished
+    | ApprovalRequested
+    | ApprovalResolved
+    | ClientToolCalls
+    | TurnFinished
+)

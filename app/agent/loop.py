@@ -54,6 +54,7 @@ from app.providers.base import (
 from app.providers.pricing import Cost, PriceOverride
 from app.providers.retry import stream_with_retry
 from app.providers.usage import Usage
+from app.security.approvals import ApprovalGate, turn_guard
 from app.tools.registry import ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,8 @@ class TurnContext:
     """The profile's fallback chain still unused this turn, next first."""
     mailbox: Mailbox = field(default_factory=Mailbox)
     """Steering messages sent while the turn runs (see app/agent/steer.py)."""
+    gate: ApprovalGate | None = None
+    """Where calls that need a human wait; None refuses them (missing state means deny)."""
 
     @property
     def tool_context(self) -> ToolContext:
@@ -113,6 +116,7 @@ class TurnContext:
             terminal_backend=p.terminal_backend,
             terminal_timeout_s=p.terminal_timeout_s,
             fetch_allow_hosts=p.fetch_allow_hosts,
+            quota=p.tool_quota(),
         )
 
 
@@ -141,6 +145,15 @@ class TurnState:
                 turn_id=ctx.turn_id,
                 context_window=ctx.profile.context_window,
                 emit=ctx.emit,
+                guard=turn_guard(
+                    ctx.gate,
+                    profile=ctx.profile,
+                    session_id=ctx.session_id,
+                    turn_id=ctx.turn_id,
+                    owner=ctx.owner,
+                    workspace=ctx.workspace,
+                    emit=ctx.emit,
+                ),
             )
         return self.runner
 
@@ -431,6 +444,8 @@ def persist_reply(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, ...]) -
         session_id=ctx.session_id,
         lease=ctx.lease,
         turn_id=ctx.turn_id,
+        # A reply without calls is acted on by nothing: it rides in the closing commit.
+        defer=not calls,
         messages=[
             NewMessage(
                 role="assistant",

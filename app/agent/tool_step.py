@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from app.agent.events import ToolFinished, ToolStarted, TurnEvent
 from app.db.store import NewMessage, Store
 from app.providers.base import ToolCall
-from app.tools.dispatch import dispatch
+from app.tools.dispatch import Guard, dispatch
 from app.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 from app.tools.repair import repair_json_arguments, resolve_tool_name
 from app.tools.spill import SpillInput, budgets, spill
@@ -78,6 +78,8 @@ class BatchRunner:
     turn_id: str
     context_window: int
     emit: Callable[[TurnEvent], None]
+    guard: Guard | None = None
+    """Approvals and the command guard (app/security/approvals.py), before each call."""
     spill_used: int = 0
     """Characters of tool output already put in front of the model this turn."""
     _started: dict[int, float] = field(default_factory=dict)
@@ -85,7 +87,12 @@ class BatchRunner:
 
     async def run(self, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
         outcomes = await dispatch(
-            calls, self.registry, self.tool_ctx, on_start=self._on_start, on_result=self._on_result
+            calls,
+            self.registry,
+            self.tool_ctx,
+            on_start=self._on_start,
+            on_result=self._on_result,
+            guard=self.guard,
         )
         self._relocate_oversized(calls, outcomes)
         return outcomes

@@ -12,12 +12,16 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Literal
 
-from app.agent.events import TurnEvent, TurnFinished
+from app.agent.events import TurnError, TurnEvent, TurnFinished
 from app.agent.loop import TurnContext, run_turn
 from app.agent.steer import Mailbox
+from app.agent.turn_log import log_turn
+from app.db.instance import new_lease_token as new_lease_token
 from app.db.store import Store
+from app.logs import bind_turn
 from app.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -26,8 +30,10 @@ LEASE_TTL_S = 6 * 3600.0
 """Long enough for any turn; a crashed process's leases are cleared at the next start."""
 
 
-def new_lease_token() -> str:
-    return secrets.token_hex(16)
+LEASE_LOST = TurnError(
+    message="another turn took over this session", type="conflict", code="session_busy", status=409
+)
+"""The reply could not be stored because the lease had gone (as `loop.py` reports it)."""
 
 
 class SessionBusy(Exception):
@@ -137,9 +143,10 @@ class TurnHandle:
 
 
 class TurnManager:
-    def __init__(self, store: Store, metrics: Metrics) -> None:
+    def __init__(self, store: Store, metrics: Metrics, *, max_running: int = 1024) -> None:
         self.store = store
         self.metrics = metrics
+        self.max_running = max_running
         self._by_key: OrderedDict[tuple[str, str], TurnHandle] = OrderedDict()
         self._by_digest: OrderedDict[tuple[str, str], TurnHandle] = OrderedDict()
         self.running: dict[str, TurnHandle] = {}
@@ -197,6 +204,10 @@ class TurnManager:
         self._by_key[(owner, key)] = handle
         while len(self._by_key) > MAX_REMEMBERED:
             self._by_key.popitem(last=False)
+
+    def at_capacity(self) -> bool:
+        """As many turns run as the upstream pool was sized for; one more would queue."""
+        return len(self.running) >= self.max_running
 
     def new_lease(self, session_id: str) -> str:
         lease = new_lease_token()
@@ -265,6 +276,8 @@ class TurnManager:
         self, ctx: TurnContext, handle: TurnHandle, on_finish: OnFinish | None
     ) -> TurnFinished:
         finished: TurnFinished | None = None
+        bind_turn(session=ctx.session_id, turn=handle.turn_id)
+        started = time.monotonic()
         self.metrics.in_flight.inc()
         try:
             finished = await run_turn(ctx)
@@ -272,25 +285,39 @@ class TurnManager:
         finally:
             self.metrics.in_flight.dec()
             self.running.pop(handle.turn_id, None)
+            if self.draining and finished is not None and finished.exit_reason == "cancelled":
+                finished = replace(finished, exit_reason="interrupted")  # nobody asked it to stop
             reason = finished.exit_reason if finished else "cancelled"
-            if self.draining and reason == "cancelled":
-                reason = "interrupted"
             self.metrics.turns.labels(ctx.profile.name, reason).inc()
             try:
-                self.store.finish_turn(
-                    turn_id=handle.turn_id,
-                    exit_reason=reason,
-                    iterations=finished.iterations if finished else 0,
-                    error=finished.error.code if finished and finished.error else None,
-                )
-                self.store.release_lease(session_id=ctx.session_id, lease=ctx.lease)
+                # One commit: what the turn deferred (its reply, usage), the after-turn
+                # bookkeeping (the transcript index), finish, release.
+                with self.store.unit():
+                    lost = self.store.take_lost(session_id=ctx.session_id, lease=ctx.lease)
+                    if lost and finished is not None and finished.error is None:
+                        finished = replace(finished, exit_reason="lease_lost", error=LEASE_LOST)
+                    if on_finish is not None and finished is not None:
+                        try:
+                            on_finish(handle, finished)
+                        except Exception:
+                            log.exception("turn %s: after-turn bookkeeping failed", handle.turn_id)
+                    self.store.close_turn(
+                        session_id=ctx.session_id,
+                        lease=ctx.lease,
+                        turn_id=handle.turn_id,
+                        exit_reason=finished.exit_reason if finished else "cancelled",
+                        iterations=finished.iterations if finished else 0,
+                        error=finished.error.code if finished and finished.error else None,
+                    )
             except Exception:
                 log.exception("turn %s: could not close the turn record", handle.turn_id)
-            if on_finish is not None and finished is not None:
-                try:
-                    on_finish(handle, finished)
-                except Exception:
-                    log.exception("turn %s: after-turn bookkeeping failed", handle.turn_id)
+            log_turn(
+                turn_id=handle.turn_id,
+                session_id=ctx.session_id,
+                profile=ctx.profile.name,
+                finished=finished,
+                started=started,
+            )
             self._close(handle, finished)
 
     async def shutdown(self, drain_s: float = 0.0) -> None:

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, text
-from sqlmodel import Session
 
 from app.db.store import Store
 
@@ -60,7 +59,7 @@ def find_continuations(
     """
     if not hashes:
         return []
-    with Session(store.engine) as db:
+    with store.session() as db:
         rows = db.connection().execute(_FIND, {"hashes": list(hashes), "limit": limit}).all()
     return [Continuation(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4] or 0)) for r in rows]
 
@@ -71,7 +70,7 @@ def index_transcript(
     """Add visible messages to the index and move the session's transcript head."""
     if not keys:
         return
-    with store.engine.begin() as conn:
+    with store.begin() as conn:
         compactions = conn.execute(
             text("SELECT compactions FROM session WHERE id = :sid"), {"sid": session_id}
         ).scalar_one()
@@ -100,7 +99,7 @@ def index_transcript(
 
 
 def last_row_id(store: Store, *, session_id: str) -> int:
-    with Session(store.engine) as db:
+    with store.session() as db:
         value = (
             db.connection()
             .execute(
@@ -123,7 +122,7 @@ def retract_after(
     """Take every live row after `after_row_id` out of the model's view (`active=0,
     compacted=0`: retracted, kept, not searchable) and forget the index entries past
     `keep_position`, in one transaction fenced by the turn lease. Returns rows retracted."""
-    with Session(store.engine) as db:
+    with store.session() as db:
         try:
             store._fenced(db, session_id=session_id, lease=lease)
             conn = db.connection()
@@ -148,6 +147,8 @@ def retract_after(
         except Exception:
             db.rollback()
             raise
+    # The store keeps a leased session's live log in memory: a retraction rewrites it.
+    store._forget_live(session_id)
     return int(getattr(result, "rowcount", 0))
 
 
@@ -155,7 +156,7 @@ def put_images(store: Store, *, session_id: str, images: Sequence[StoredImage]) 
     """Store each image once per session; a re-sent image costs no new row."""
     if not images:
         return
-    with store.engine.begin() as conn:
+    with store.begin() as conn:
         conn.execute(
             text(
                 "INSERT INTO session_image "
@@ -177,7 +178,7 @@ def put_images(store: Store, *, session_id: str, images: Sequence[StoredImage]) 
 
 
 def session_images(store: Store, *, session_id: str) -> dict[str, StoredImage]:
-    with Session(store.engine) as db:
+    with store.session() as db:
         rows = db.connection().execute(
             text("SELECT sha256, media_type, data, url FROM session_image WHERE session_id = :sid"),
             {"sid": session_id},

@@ -4,24 +4,73 @@ Every write on a session's log goes through `_fenced`, which touches the session
 a conditional UPDATE on the turn lease inside the same transaction as the write. The
 UPDATE takes SQLite's write lock first, so a turn that lost its lease can never append
 after a newer turn started: missing or foreign lease means deny.
+
+A text turn commits twice, by two mechanisms:
+
+* `unit()` makes the synchronous span that starts a turn (session or continuation, new
+  messages, lease, turn row) one transaction;
+* on the event loop, the writes that follow an upstream call and act on nothing (the
+  usage row and roll-up, compressor counters, a final reply) are *deferred*: they ride in
+  the next write's transaction, at the latest the one that closes the turn
+  (`close_turn`), and reads of the session see them applied.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import os
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, text
-from sqlmodel import Session, col, func, select
+from sqlalchemy import Connection, Engine, bindparam, insert, text, update
+from sqlalchemy import select as core_select
+from sqlmodel import Session, SQLModel, col, func, select
 
 from app.db.engine import make_engine
 from app.db.models import ApiCallRow, MessageRow, SessionRow, TurnRow
+
+log = logging.getLogger(__name__)
+
+LIVE_LOGS_KEPT = 512
+"""Sessions whose live log stays in memory between turns (least recently used go)."""
+
+# The hot paths speak SQLAlchemy Core on the SQLModel tables: compiled once and cached,
+# no unit of work, no identity map. Loading a row through the ORM cost 3-6x more.
+_SESSION = SQLModel.metadata.tables["session"]
+_MESSAGE = SQLModel.metadata.tables["message"]
+_API_CALL = SQLModel.metadata.tables["api_call"]
+_TURN = SQLModel.metadata.tables["turn"]
+_ACTIVE = (
+    core_select(
+        _MESSAGE.c.id,
+        _MESSAGE.c.role,
+        _MESSAGE.c.content,
+        _MESSAGE.c.api_content,
+        _MESSAGE.c.tool_calls,
+        _MESSAGE.c.tool_call_id,
+        _MESSAGE.c.tool_name,
+        _MESSAGE.c.is_error,
+        _MESSAGE.c.turn_id,
+        _MESSAGE.c.kind,
+        _MESSAGE.c.images,
+    )
+    .where(_MESSAGE.c.session_id == bindparam("sid"), _MESSAGE.c.active.is_(True))
+    .order_by(_MESSAGE.c.id)
+)
+_GET_SESSION = core_select(_SESSION).where(_SESSION.c.id == bindparam("sid"))
+_ROLLUP_READ = core_select(_SESSION.c.cost_usd, _SESSION.c.pending_cache_break).where(
+    _SESSION.c.id == bindparam("sid")
+)
+_INSERT_MESSAGES = insert(_MESSAGE).returning(_MESSAGE.c.id, sort_by_parameter_order=True)
 
 
 class LeaseLost(Exception):
@@ -113,6 +162,43 @@ def _message_row(m: NewMessage, *, session_id: str, turn_id: str | None) -> Mess
     )
 
 
+def _message_values(m: NewMessage, *, session_id: str, turn_id: str | None) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "turn_id": turn_id,
+        "role": m.role,
+        "content": m.content,
+        "api_content": m.api_content,
+        "tool_calls": json.dumps(list(m.tool_calls)) if m.tool_calls else None,
+        "tool_call_id": m.tool_call_id,
+        "tool_name": m.tool_name,
+        "is_error": m.is_error,
+        "reasoning": m.reasoning,
+        "kind": m.kind,
+        "images": json.dumps(list(m.images)) if m.images else None,
+        "active": True,
+        "compacted": False,
+        "created_at": time.time(),
+    }
+
+
+def _stored_values(message_id: int, v: dict[str, Any]) -> StoredMessage:
+    """The row `_message_values` inserted, as a read of it would return it."""
+    return StoredMessage(
+        id=message_id,
+        role=v["role"],
+        content=v["content"],
+        api_content=v["api_content"],
+        tool_calls=tuple(json.loads(v["tool_calls"])) if v["tool_calls"] else (),
+        tool_call_id=v["tool_call_id"],
+        tool_name=v["tool_name"],
+        is_error=bool(v["is_error"]),
+        turn_id=v["turn_id"],
+        kind=v["kind"],
+        images=tuple(json.loads(v["images"])) if v["images"] else (),
+    )
+
+
 def _stored(row: MessageRow) -> StoredMessage:
     assert row.id is not None
     calls: tuple[dict[str, str], ...] = tuple(json.loads(row.tool_calls)) if row.tool_calls else ()
@@ -131,9 +217,36 @@ def _stored(row: MessageRow) -> StoredMessage:
     )
 
 
+Deferred = Callable[[Session], None]
+"""A write that waits for the next transaction; it runs inside it, in order."""
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._unit = threading.local()
+        self._deferred: list[tuple[str, Deferred]] = []
+        """(session id, write) pairs waiting for a transaction; event-loop thread only."""
+        self._pending_rollups: dict[str, list[Callable[[SessionRow], None]]] = {}
+        """What the deferred writes will do to each session row, for reads before then."""
+        self._flush_scheduled = False
+        self._live: OrderedDict[str, list[StoredMessage]] = OrderedDict()
+        """Each recently used session's live log as the database holds it, extended on
+        every committed append and dropped on anything that rewrites rows, so a turn does
+        not reload (and re-decode) its whole history before every upstream call."""
+        self._live_lock = threading.Lock()
+        self._verify_live = os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1"
+        """Tests: compare the kept log with a fresh read on every call."""
+        self._lost: set[tuple[str, str]] = set()
+        """(session, lease) whose deferred reply was refused: reported by `close_turn`."""
 
     @classmethod
     def open(cls, db_path: Path) -> Store:
@@ -142,15 +255,156 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    # ------------------------------------------------------------------ transactions
+
     @contextmanager
-    def _tx(self) -> Iterator[Session]:
-        with Session(self.engine, expire_on_commit=False) as db:
+    def unit(self) -> Iterator[None]:
+        """Make every store call inside the block (on this thread) one transaction.
+
+        For synchronous spans only: the block must not await, or another coroutine's
+        writes would join a transaction they know nothing about. Nested units join the
+        outer one. An exception rolls the whole unit back.
+        """
+        if getattr(self._unit, "conn", None) is not None:
+            yield
+            return
+        with self.engine.connect() as conn:
+            self._unit.conn = conn
             try:
+                conn.begin()
+                self._run_deferred_in(conn)
+                yield
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                self._unit.conn = None
+                self._rolled_back()
+                raise
+            self._unit.conn = None
+        self._committed()
+
+    def _session(self, *, expire_on_commit: bool = True) -> Session:
+        conn: Connection | None = getattr(self._unit, "conn", None)
+        if conn is not None:
+            # Joined to the unit's transaction: commit() here flushes, the unit commits.
+            return Session(bind=conn, expire_on_commit=False)
+        return Session(self.engine, expire_on_commit=expire_on_commit)
+
+    def session(self) -> Session:
+        """An ORM session for the other `app/db/` modules: joined to the current unit (so it
+        sees and adds to its uncommitted work), else on its own connection."""
+        return self._session()
+
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """A connection in a transaction for the other `app/db/` modules: the current
+        unit's (committed with it), else a fresh one committed at the block's end. A
+        separate connection inside a unit would wait on the unit's own write lock."""
+        conn: Connection | None = getattr(self._unit, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self.engine.begin() as fresh:
+            yield fresh
+
+    @contextmanager
+    def _reader(self) -> Iterator[Connection]:
+        """A connection for Core reads: the unit's, or a pooled one (no ORM session)."""
+        conn: Connection | None = getattr(self._unit, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self.engine.connect() as pooled:
+            yield pooled
+
+    @contextmanager
+    def _tx(self, *, flush_deferred: bool = True) -> Iterator[Session]:
+        in_unit = getattr(self._unit, "conn", None) is not None
+        with self._session(expire_on_commit=False) as db:
+            try:
+                if flush_deferred and _on_event_loop():
+                    self._run_deferred(db)
                 yield db
                 db.commit()
             except Exception:
-                db.rollback()
+                # Inside a unit the unit decides: a refused fenced write (LeaseLost) wrote
+                # nothing and must not undo the unit's other work; anything else that
+                # escapes the unit rolls it back there.
+                if not in_unit:
+                    db.rollback()
+                    self._rolled_back()
                 raise
+        if not in_unit:
+            self._committed()
+
+    def _after_commit(self, action: Callable[[], None]) -> None:
+        """Run `action` once the current transaction (or unit) has committed."""
+        pending: list[Callable[[], None]] | None = getattr(self._unit, "after", None)
+        if pending is None:
+            pending = self._unit.after = []
+        pending.append(action)
+
+    def _committed(self) -> None:
+        actions: list[Callable[[], None]] = getattr(self._unit, "after", None) or []
+        self._unit.after = []
+        for action in actions:
+            action()
+
+    def _rolled_back(self) -> None:
+        # Rare, and the kept logs may hold rows that never landed: start them over.
+        self._unit.after = []
+        with self._live_lock:
+            self._live.clear()
+
+    def _keep_live(self, session_id: str, added: list[StoredMessage]) -> None:
+        with self._live_lock:
+            rows = self._live.get(session_id)
+            if rows is not None:
+                rows.extend(added)
+
+    def _forget_live(self, session_id: str) -> None:
+        with self._live_lock:
+            self._live.pop(session_id, None)
+
+    def _defer(self, session_id: str, write: Deferred) -> bool:
+        """Queue `write` for the next transaction if that is safe here; False = run now.
+
+        Only on the event loop and outside a unit: worker threads never share the queue.
+        A flush is scheduled for the next loop iteration, so nothing waits across an await
+        for longer than one tick even if no later write comes.
+        """
+        if not _on_event_loop() or getattr(self._unit, "conn", None) is not None:
+            return False
+        self._deferred.append((session_id, write))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+        return True
+
+    def _flush_soon(self) -> None:
+        self._flush_scheduled = False
+        try:
+            self.flush()
+        except Exception:
+            log.exception("deferred store writes failed")
+
+    def flush(self) -> None:
+        """Commit deferred writes now (before acting on them, or before a foreign read)."""
+        if self._deferred:
+            with self._tx():
+                pass
+
+    def _run_deferred(self, db: Session) -> None:
+        writes, self._deferred = self._deferred, []
+        self._pending_rollups.clear()
+        for _sid, write in writes:
+            write(db)
+
+    def _run_deferred_in(self, conn: Connection) -> None:
+        if self._deferred and _on_event_loop():
+            with Session(bind=conn, expire_on_commit=False) as db:
+                self._run_deferred(db)
+                db.commit()
 
     def _fenced(self, db: Session, *, session_id: str, lease: str) -> None:
         now = time.time()
@@ -190,10 +444,13 @@ class Store:
             lease=lease,
             lease_expires_at=time.time() + lease_ttl_s if lease else None,
         )
+        self._forget_live(session_id)
         with self._tx() as db:
-            db.add(row)
-            db.flush()
-            db.add_all(_message_row(m, session_id=session_id, turn_id=None) for m in messages)
+            conn = db.connection()
+            conn.execute(insert(_SESSION), [row.model_dump()])
+            if messages:
+                values = [_message_values(m, session_id=session_id, turn_id=None) for m in messages]
+                conn.execute(insert(_MESSAGE), values)
         return row
 
     def set_tool_snapshot(self, *, session_id: str, lease: str, snapshot: str, reason: str) -> None:
@@ -209,8 +466,15 @@ class Store:
             )
 
     def get_session(self, *, session_id: str) -> SessionRow | None:
-        with Session(self.engine, expire_on_commit=False) as db:
-            return db.get(SessionRow, session_id)
+        with self._reader() as conn:
+            found = conn.execute(_GET_SESSION, {"sid": session_id}).mappings().first()
+        if found is None:
+            return None
+        row = SessionRow(**found)
+        # Deferred writes not yet committed: the caller sees the row they will make.
+        for apply in self._pending_rollups.get(session_id, ()):
+            apply(row)
+        return row
 
     def acquire_lease(self, *, session_id: str, lease: str, ttl_s: float) -> bool:
         """Take the session's turn lease if it is free or expired."""
@@ -245,6 +509,21 @@ class Store:
                 {"sid": session_id, "lease": lease},
             )
 
+    def clear_dead_leases(self, alive: Callable[[str], bool]) -> int:
+        """At startup: free the leases whose holder process is gone (`alive(lease)` False)."""
+        with self._tx() as db:
+            held = db.execute(text("SELECT id, lease FROM session WHERE lease IS NOT NULL"))
+            dead = [(sid, lease) for sid, lease in held if not alive(lease)]
+            for sid, lease in dead:
+                db.execute(
+                    text(
+                        "UPDATE session SET lease = NULL, lease_expires_at = NULL "
+                        "WHERE id = :sid AND lease = :lease"
+                    ),
+                    {"sid": sid, "lease": lease},
+                )
+        return len(dead)
+
     def clear_all_leases(self) -> int:
         """At startup: a lease left by a killed process would block its session until expiry."""
         with self._tx() as db:
@@ -265,19 +544,50 @@ class Store:
         lease: str,
         turn_id: str | None,
         messages: Sequence[NewMessage],
+        defer: bool = False,
     ) -> list[int]:
-        rows = [_message_row(m, session_id=session_id, turn_id=turn_id) for m in messages]
-        with self._tx() as db:
+        """Append rows, fenced on the lease; returns their ids.
+
+        `defer=True` (a final reply, which nothing acts on) lets the rows ride in the next
+        transaction, normally the one that closes the turn; it returns no ids, and a lease
+        lost by then is reported by `close_turn`.
+        """
+        values = [_message_values(m, session_id=session_id, turn_id=turn_id) for m in messages]
+
+        def write(db: Session) -> list[int]:
             self._fenced(db, session_id=session_id, lease=lease)
-            db.add_all(rows)
-            db.flush()
-            ids = [r.id for r in rows]
-        return [i for i in ids if i is not None]
+            if not values:
+                return []
+            ids = [int(i) for i in db.connection().execute(_INSERT_MESSAGES, values).scalars()]
+            added = [_stored_values(i, v) for i, v in zip(ids, values, strict=True)]
+            self._after_commit(lambda: self._keep_live(session_id, added))
+            return ids
+
+        def deferred(db: Session) -> None:
+            write(db)
+
+        if defer and self._defer(session_id, self._fence_checked(session_id, lease, deferred)):
+            return []
+        with self._tx() as db:
+            return write(db)
+
+    def _fence_checked(self, session_id: str, lease: str, write: Deferred) -> Deferred:
+        """A deferred fenced write: a lost lease drops it and is remembered for the turn,
+        instead of rolling back the unfenced writes that share its transaction."""
+
+        def checked(db: Session) -> None:
+            try:
+                write(db)
+            except LeaseLost:
+                self._lost.add((session_id, lease))
+
+        return checked
 
     def set_api_content(
         self, *, session_id: str, lease: str, message_id: int, api_content: str
     ) -> None:
         """Give a row a model-facing text different from its display text."""
+        self._forget_live(session_id)
         with self._tx() as db:
             self._fenced(db, session_id=session_id, lease=lease)
             db.connection().execute(
@@ -300,6 +610,7 @@ class Store:
         Nothing is deleted: archived rows become `active=0, compacted=1` and stay
         searchable. The flags are not text columns, so the FTS triggers do no work.
         """
+        self._forget_live(session_id)
         with self._tx() as db:
             self._fenced(db, session_id=session_id, lease=lease)
             if archive_ids:
@@ -339,19 +650,32 @@ class Store:
                 session.pending_cache_break = cache_break
             db.add(session)
 
-    def update_session(self, *, session_id: str, **values: Any) -> None:
-        """Persist compressor counters (not fenced: a verdict must land even late)."""
-        with self._tx() as db:
-            session = db.get(SessionRow, session_id)
-            if session is None:
-                return
+    def update_session(self, *, session_id: str, lease: str, **values: Any) -> None:
+        """Persist compressor counters, fenced like every other write: a turn that lost
+        its lease must not reset the breaker of the turn that now owns the session.
+
+        Deferred on the event loop: they ride in the turn's next transaction."""
+
+        def apply(session: SessionRow) -> None:
             for key, value in values.items():
                 setattr(session, key, value)
-            db.add(session)
+
+        def write(db: Session) -> None:
+            self._fenced(db, session_id=session_id, lease=lease)
+            db.connection().execute(
+                update(_SESSION).where(_SESSION.c.id == session_id).values(**values)
+            )
+
+        if self._defer(session_id, write):
+            self._pending_rollups.setdefault(session_id, []).append(apply)
+            return
+        with self._tx() as db:
+            write(db)
 
     def get_message(self, *, session_id: str, message_id: int) -> StoredMessage | None:
         """One row of a session, live or archived (not retracted)."""
-        with Session(self.engine) as db:
+        self.flush()
+        with self._session() as db:
             row = db.get(MessageRow, message_id)
             if row is None or row.session_id != session_id:
                 return None
@@ -360,19 +684,50 @@ class Store:
             return _stored(row)
 
     def active_messages(self, *, session_id: str) -> list[StoredMessage]:
-        with Session(self.engine) as db:
-            rows = db.exec(
-                select(MessageRow)
-                .where(MessageRow.session_id == session_id, col(MessageRow.active).is_(True))
-                .order_by(col(MessageRow.id))
-            ).all()
-            return [_stored(r) for r in rows]
+        self.flush()
+        with self._live_lock:
+            kept = self._live.get(session_id)
+            if kept is not None:
+                self._live.move_to_end(session_id)
+                kept = list(kept)
+        if kept is not None:
+            if self._verify_live and (fresh := self._load_active(session_id)) != kept:
+                raise AssertionError(f"kept live log of {session_id} drifted: {kept} != {fresh}")
+            return kept
+        rows = self._load_active(session_id)
+        if getattr(self._unit, "conn", None) is None:
+            with self._live_lock:
+                self._live[session_id] = list(rows)
+                while len(self._live) > LIVE_LOGS_KEPT:
+                    self._live.popitem(last=False)
+        return rows
+
+    def _load_active(self, session_id: str) -> list[StoredMessage]:
+        with self._reader() as conn:
+            rows = conn.execute(_ACTIVE, {"sid": session_id}).all()
+        return [
+            StoredMessage(
+                id=r[0],
+                role=r[1],
+                content=r[2],
+                api_content=r[3],
+                tool_calls=tuple(json.loads(r[4])) if r[4] else (),
+                tool_call_id=r[5],
+                tool_name=r[6],
+                is_error=bool(r[7]),
+                turn_id=r[8],
+                kind=r[9],
+                images=tuple(json.loads(r[10])) if r[10] else (),
+            )
+            for r in rows
+        ]
 
     def search_messages(
         self, *, session_id: str, query: str, limit: int = 20
     ) -> list[StoredMessage]:
         """Full-text search over live and compacted (not retracted) messages of a session."""
-        with Session(self.engine) as db:
+        self.flush()
+        with self._session() as db:
             ids = (
                 db.connection()
                 .execute(
@@ -400,24 +755,73 @@ class Store:
     def start_turn(self, *, session_id: str, lease: str, turn_id: str) -> None:
         with self._tx() as db:
             self._fenced(db, session_id=session_id, lease=lease)
-            db.add(TurnRow(id=turn_id, session_id=session_id))
+            db.connection().execute(
+                insert(_TURN), [TurnRow(id=turn_id, session_id=session_id).model_dump()]
+            )
 
     def finish_turn(
         self, *, turn_id: str, exit_reason: str, iterations: int, error: str | None = None
     ) -> None:
         # Not fenced: recording why a turn ended must succeed even after its lease is gone.
         with self._tx() as db:
-            row = db.get(TurnRow, turn_id)
-            if row is None:
-                return
-            row.finished_at = time.time()
-            row.exit_reason = exit_reason
-            row.iterations = iterations
-            row.error = error
-            db.add(row)
+            self._finish(db, turn_id, exit_reason, iterations, error)
+
+    @staticmethod
+    def _finish(
+        db: Session, turn_id: str, exit_reason: str, iterations: int, error: str | None
+    ) -> None:
+        db.connection().execute(
+            text(
+                "UPDATE turn SET finished_at = :now, exit_reason = :reason, "
+                "iterations = :iterations, error = :error WHERE id = :tid"
+            ),
+            {
+                "now": time.time(),
+                "reason": exit_reason,
+                "iterations": iterations,
+                "error": error,
+                "tid": turn_id,
+            },
+        )
+
+    def close_turn(
+        self,
+        *,
+        session_id: str,
+        lease: str,
+        turn_id: str,
+        exit_reason: str,
+        iterations: int,
+        error: str | None = None,
+    ) -> None:
+        """The turn's closing transaction: whatever it deferred (reply, usage, counters),
+        its finish record and the lease's release, in one commit.
+
+        Ask `take_lost` first (in the same unit) whether a deferred reply was refused
+        because the lease had gone, so the turn reports that instead of success.
+        """
+        with self._tx() as db:
+            self._finish(db, turn_id, exit_reason, iterations, error)
+            db.connection().execute(
+                text(
+                    "UPDATE session SET lease = NULL, lease_expires_at = NULL "
+                    "WHERE id = :sid AND lease = :lease"
+                ),
+                {"sid": session_id, "lease": lease},
+            )
+
+    def take_lost(self, *, session_id: str, lease: str) -> bool:
+        """Whether a deferred fenced write of this lease was refused (its lease had gone);
+        flushes what is deferred first, and forgets the answer once given."""
+        self.flush()
+        if (session_id, lease) in self._lost:
+            self._lost.discard((session_id, lease))
+            return True
+        return False
 
     def get_turn(self, *, turn_id: str) -> TurnRow | None:
-        with Session(self.engine, expire_on_commit=False) as db:
+        self.flush()
+        with self._session(expire_on_commit=False) as db:
             return db.get(TurnRow, turn_id)
 
     # ------------------------------------------------------------------ usage ledger
@@ -426,30 +830,28 @@ class Store:
         self, *, session_id: str, owner: str, turn_id: str, call: ApiCallRecord
     ) -> None:
         """One row per upstream call, and the session's roll-up, in one transaction."""
-        row = ApiCallRow(
-            session_id=session_id,
-            turn_id=turn_id,
-            owner=owner,
-            profile=call.profile,
-            upstream_model=call.upstream_model,
-            input_tokens=call.input_tokens,
-            output_tokens=call.output_tokens,
-            cache_read_tokens=call.cache_read_tokens,
-            cache_write_tokens=call.cache_write_tokens,
-            reasoning_tokens=call.reasoning_tokens,
-            cost_usd=str(call.cost_usd) if call.cost_usd is not None else None,
-            cost_status=call.cost_status,
-            cost_source=call.cost_source,
-            latency_ms=call.latency_ms,
-            ttft_ms=call.ttft_ms,
-            outcome=call.outcome,
-            cache_break=call.cache_break,
-        )
-        with self._tx() as db:
-            db.add(row)
-            session = db.get(SessionRow, session_id)
-            if session is None:
-                return
+        row = {
+            "session_id": session_id,
+            "turn_id": turn_id,
+            "owner": owner,
+            "profile": call.profile,
+            "upstream_model": call.upstream_model,
+            "input_tokens": call.input_tokens,
+            "output_tokens": call.output_tokens,
+            "cache_read_tokens": call.cache_read_tokens,
+            "cache_write_tokens": call.cache_write_tokens,
+            "reasoning_tokens": call.reasoning_tokens,
+            "cost_usd": str(call.cost_usd) if call.cost_usd is not None else None,
+            "cost_status": call.cost_status,
+            "cost_source": call.cost_source,
+            "latency_ms": call.latency_ms,
+            "ttft_ms": call.ttft_ms,
+            "outcome": call.outcome,
+            "cache_break": call.cache_break,
+            "created_at": time.time(),
+        }
+
+        def roll_up(session: SessionRow) -> None:
             if call.cache_break is not None and session.pending_cache_break == call.cache_break:
                 session.pending_cache_break = None
             session.input_tokens += call.input_tokens
@@ -463,12 +865,44 @@ class Store:
                     session.cost_unknown_calls += 1
             else:
                 session.cost_usd = str(Decimal(session.cost_usd) + call.cost_usd)
-            db.add(session)
+
+        def write(db: Session) -> None:
+            conn = db.connection()
+            conn.execute(insert(_API_CALL), [row])
+            found = conn.execute(_ROLLUP_READ, {"sid": session_id}).first()
+            if found is None:
+                return
+            changes: dict[str, Any] = {
+                "input_tokens": _SESSION.c.input_tokens + call.input_tokens,
+                "output_tokens": _SESSION.c.output_tokens + call.output_tokens,
+                "cache_read_tokens": _SESSION.c.cache_read_tokens + call.cache_read_tokens,
+                "cache_write_tokens": _SESSION.c.cache_write_tokens + call.cache_write_tokens,
+                "reasoning_tokens": _SESSION.c.reasoning_tokens + call.reasoning_tokens,
+                "upstream_calls": _SESSION.c.upstream_calls + 1,
+            }
+            if call.cache_break is not None and found[1] == call.cache_break:
+                changes["pending_cache_break"] = None
+            if call.cost_usd is None:
+                if call.cost_status == "unknown":
+                    changes["cost_unknown_calls"] = _SESSION.c.cost_unknown_calls + 1
+            else:
+                # Decimal in Python: SQLite would add the stored text as a lossy float.
+                changes["cost_usd"] = str(Decimal(found[0]) + call.cost_usd)
+            conn.execute(update(_SESSION).where(_SESSION.c.id == session_id).values(**changes))
+
+        # Deferred on the event loop: the call's record rides in the turn's next commit
+        # (the reply's, or the closing one), and reads of the session see it meanwhile.
+        if self._defer(session_id, write):
+            self._pending_rollups.setdefault(session_id, []).append(roll_up)
+            return
+        with self._tx() as db:
+            write(db)
 
     def api_calls(
         self, *, session_id: str, limit: int = 100, offset: int = 0
     ) -> tuple[list[ApiCallRow], int]:
-        with Session(self.engine, expire_on_commit=False) as db:
+        self.flush()
+        with self._session(expire_on_commit=False) as db:
             rows = db.exec(
                 select(ApiCallRow)
                 .where(ApiCallRow.session_id == session_id)
@@ -485,7 +919,8 @@ class Store:
 
     def spent_by_owner(self, *, owner: str, since: float | None = None) -> tuple[Decimal, int]:
         """Known spend and the number of unpriced calls for one API key, optionally windowed."""
-        with Session(self.engine) as db:
+        self.flush()
+        with self._session() as db:
             query = select(ApiCallRow.cost_usd).where(ApiCallRow.owner == owner)
             if since is not None:
                 query = query.where(col(ApiCallRow.created_at) >= since)
@@ -500,7 +935,8 @@ class Store:
 
     def debug_dump(self, *, session_id: str) -> list[dict[str, Any]]:
         """Every message row of a session, live or not, for tests and operators."""
-        with Session(self.engine) as db:
+        self.flush()
+        with self._session() as db:
             rows = db.exec(
                 select(MessageRow)
                 .where(MessageRow.session_id == session_id)

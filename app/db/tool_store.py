@@ -121,20 +121,26 @@ def search_sessions(
     """
     if not terms or limit < 1:
         return []
-    match = _match_expression(terms, any_term=any_term)
+    # The terms only ever match the text columns; the owner's token narrows the rows
+    # inside the index, before anything is ranked.
+    match = "{content api_content} : (" + _match_expression(terms, any_term=any_term) + ")"
+    owned = f'owner_tag : "{owner.encode().hex().upper()}" AND {match}'
     with Session(store.engine) as db:
         conn = db.connection()
         # Best hit per session in SQL, so one chatty session cannot crowd the others out
         # of a candidate list before deduplication. Ties go to the most recent message.
+        # `s.owner = :owner` stays the authority; the owner token is only the fast path.
         best = conn.execute(
             text(
-                "WITH hits AS ("
-                " SELECT m.id AS id, m.session_id AS session_id, bm25(message_fts) AS score"
-                " FROM message_fts"
-                " JOIN message m ON m.id = message_fts.rowid"
+                "WITH matched AS ("
+                " SELECT rowid AS id, bm25(message_fts, 1.0, 1.0, 0.0) AS score"
+                " FROM message_fts WHERE message_fts MATCH :owned"
+                "), hits AS ("
+                " SELECT m.id AS id, m.session_id AS session_id, matched.score AS score"
+                " FROM matched"
+                " JOIN message m ON m.id = matched.id"
                 " JOIN session s ON s.id = m.session_id"
-                " WHERE message_fts MATCH :q AND s.owner = :owner"
-                " AND (m.active = 1 OR m.compacted = 1)"
+                " WHERE s.owner = :owner AND (m.active = 1 OR m.compacted = 1)"
                 "), ranked AS ("
                 " SELECT id, session_id, score, ROW_NUMBER() OVER ("
                 "  PARTITION BY session_id ORDER BY score, id DESC) AS rn"
@@ -142,7 +148,7 @@ def search_sessions(
                 ") SELECT id, session_id FROM ranked WHERE rn = 1"
                 " ORDER BY score, id DESC LIMIT :limit"
             ),
-            {"q": match, "owner": owner, "limit": limit},
+            {"owned": owned, "owner": owner, "limit": limit},
         ).all()
         if not best:
             return []

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from app.protocol.openai import ErrorBody, ErrorResponse
+from app.security.redact import redact_text
 
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",
@@ -43,7 +44,10 @@ class ApiError(Exception):
         self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
-        error = ErrorBody(message=self.message, type=self.type, param=self.param, code=self.code)
+        # Messages echo client input (a model name, a param): a pasted key must not come back.
+        error = ErrorBody(
+            message=redact_text(self.message), type=self.type, param=self.param, code=self.code
+        )
         return ErrorResponse(error=error).model_dump(mode="json")
 
     def response(self) -> JSONResponse:
@@ -56,7 +60,7 @@ def loc_to_param(loc: Sequence[int | str]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("body",) and not out:
+        elif part in ("body", "query", "path", "header") and not out:
             continue
         else:
             out += f".{part}" if out else str(part)

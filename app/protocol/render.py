@@ -7,7 +7,14 @@ import secrets
 import time
 from typing import Any
 
-from app.agent.events import ToolFinished, ToolStarted, TurnError, TurnFinished
+from app.agent.events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ToolFinished,
+    ToolStarted,
+    TurnError,
+    TurnFinished,
+)
 from app.agent.turns import TurnHandle
 from app.protocol.openai import (
     ChatCompletion,
@@ -27,6 +34,9 @@ from app.protocol.openai import (
     UsageOut,
 )
 from app.providers.base import ToolCall
+
+_SENTINEL = "\x00courier-text\x00"
+"""Cannot occur in a rendered model or id, so it marks the one place text goes."""
 
 
 def usage_out(finished: TurnFinished) -> UsageOut:
@@ -71,6 +81,22 @@ def tool_event_payload(event: ToolStarted | ToolFinished) -> dict[str, Any]:
     return body
 
 
+def approval_event_payload(event: ApprovalRequested | ApprovalResolved) -> dict[str, Any]:
+    """What an approver UI needs to act: the id to POST to, and what it would allow."""
+    body: dict[str, Any] = {"approval_id": event.approval_id, "call_id": event.call_id}
+    if isinstance(event, ApprovalRequested):
+        body |= {
+            "type": "approval.requested",
+            "tool": event.name,
+            "summary": event.summary,
+            "expires_at": event.expires_at,
+            "grantable": event.grantable,
+        }
+    else:
+        body |= {"type": "approval.resolved", "status": event.status}
+    return body
+
+
 def error_payload(error: TurnError) -> dict[str, Any]:
     body = ErrorBody(message=error.message, type=error.type, param=None, code=error.code)
     return ErrorResponse(error=body).model_dump(mode="json")
@@ -93,11 +119,13 @@ class CompletionRenderer:
         self.created = int(time.time())
         self.model = model
         self.include_usage = include_usage
+        self._text_frame: tuple[str, str] | None = None
 
     def adopt(self, handle: TurnHandle) -> None:
         """Share one identity per turn: a reattached retry sees the same id and created."""
         if handle.completion_id:
             self.id, self.created = handle.completion_id, handle.created
+            self._text_frame = None  # the identity is baked into the template
         else:
             handle.completion_id, handle.created = self.id, self.created
 
@@ -159,7 +187,15 @@ class CompletionRenderer:
         return self._chunk([ChunkChoice(delta=Delta(role="assistant", content=""))])
 
     def text_chunk(self, text: str) -> str:
-        return self._chunk([ChunkChoice(delta=Delta(content=text))])
+        # Most frames of a stream are this one; building, dumping and re-encoding a model
+        # per frame cost more than the rest of the frame's path. The template is that same
+        # rendering, cut around a sentinel, so the bytes cannot drift from `_chunk`.
+        if self._text_frame is None:
+            whole = self._chunk([ChunkChoice(delta=Delta(content=_SENTINEL))])
+            head, _, tail = whole.partition(json.dumps(_SENTINEL))
+            self._text_frame = (head, tail)
+        head, tail = self._text_frame
+        return head + json.dumps(text, ensure_ascii=False) + tail
 
     def tool_call_chunks(self, calls: tuple[ToolCall, ...]) -> list[str]:
         """Client tool calls as the SDK accumulators expect: per call, in index order, one

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any, assert_never
 
 from app.agent.events import (
+    ApprovalRequested,
+    ApprovalResolved,
     ClientToolCalls,
     ToolFinished,
     ToolStarted,
@@ -18,7 +20,12 @@ from app.agent.events import (
     TurnReasoning,
     TurnText,
 )
-from app.protocol.render import error_payload, tool_event_payload, usage_out
+from app.protocol.render import (
+    approval_event_payload,
+    error_payload,
+    tool_event_payload,
+    usage_out,
+)
 
 
 def event_payload(seq: int, turn_id: str, event: TurnEvent) -> dict[str, Any]:
@@ -30,6 +37,8 @@ def event_payload(seq: int, turn_id: str, event: TurnEvent) -> dict[str, Any]:
             body |= {"type": "reasoning", "text": event.text}
         case ToolStarted() | ToolFinished():
             body |= tool_event_payload(event)
+        case ApprovalRequested() | ApprovalResolved():
+            body |= approval_event_payload(event)
         case ClientToolCalls():
             calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in event.calls]
             body |= {"type": "client_tool_calls", "calls": calls}

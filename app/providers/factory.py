@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, assert_never
 
+import httpx
+
 from app.providers.anthropic import AnthropicProvider
 from app.providers.base import Provider
 from app.providers.keyring import KeyStates, RotatingProvider, fingerprint
@@ -27,15 +29,21 @@ def build_provider(
     api_key: str | None,
     cache_markers: bool = False,
     timeout: float = 600,
+    http_client: httpx.AsyncClient | None = None,
 ) -> Provider:
     """An adapter for `kind`. `cache_markers` only applies to the OpenAI wire shape: the
     Anthropic wire always carries its markers natively. No base URL means the provider's
-    public endpoint."""
+    public endpoint. `http_client` is a shared pool for the OpenAI wire (the Anthropic SDK
+    keeps its own)."""
     base_url = base_url or DEFAULT_BASE_URLS[kind]
     match kind:
         case "openai":
             return OpenAIChatProvider(
-                base_url, api_key, timeout=timeout, cache_markers=cache_markers
+                base_url,
+                api_key,
+                timeout=timeout,
+                cache_markers=cache_markers,
+                http_client=http_client,
             )
         case "anthropic":
             return AnthropicProvider(base_url, api_key, timeout=timeout)
@@ -43,19 +51,26 @@ def build_provider(
             assert_never(kind)
 
 
-def build_keyed_provider(profile: Profile, key_states: KeyStates) -> Provider:
+def build_keyed_provider(
+    profile: Profile,
+    key_states: KeyStates,
+    *,
+    base_url: str | None = None,
+    http_client: httpx.AsyncClient | None = None,
+) -> Provider:
     """The profile's adapter; with several upstream keys, a ring that rotates past a
-    throttled or refused one."""
+    throttled or refused one (every key's adapter shares `http_client`)."""
     keys = [k.get_secret_value() for k in (profile.api_key, *profile.api_keys) if k]
     keys = list(dict.fromkeys(keys))  # one key listed twice is still one key
 
     def one(key: str | None) -> Provider:
         return build_provider(
             profile.provider,
-            base_url=profile.base_url,
+            base_url=base_url or profile.base_url,
             api_key=key,
             cache_markers=profile.cache_markers,
             timeout=profile.upstream_timeout_s,
+            http_client=http_client,
         )
 
     if len(keys) <= 1:

@@ -8,15 +8,17 @@ contract) and must survive streams the SDK's models reject.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import orjson
 
 from app.providers.base import (
     SAMPLING_FIELDS,
@@ -216,6 +218,20 @@ def build_chat_body(request: ModelRequest, *, cache_markers: bool = False) -> di
     return body
 
 
+def encode_body(body: dict[str, Any]) -> bytes:
+    """The body as compact UTF-8 JSON, the same bytes httpx's `json=` would send.
+
+    orjson, because the stdlib encoder costs milliseconds per call on a long session's
+    body and the whole body is re-encoded on every upstream call.
+    """
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        # orjson refuses integers past 64 bits, which json accepts: fall back rather than
+        # fail a turn over an exotic tool schema.
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
 # ---------------------------------------------------------------------------- SSE parsing
 
 
@@ -226,6 +242,9 @@ class SSEEvent:
 
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+DRAIN_AFTER_DONE_S = 2.0
+"""How long to wait for the body's end after `[DONE]`: reading it lets httpx return the
+connection to the pool; a server that holds the body open longer loses that connection."""
 
 
 class SSEDecoder:
@@ -446,6 +465,15 @@ async def _single(data: bytes) -> AsyncGenerator[bytes, None]:
     yield data
 
 
+async def _drain(chunks: AsyncGenerator[bytes, None]) -> None:
+    """Read what is left of a body (normally just its terminating chunk), briefly."""
+    # The reply is complete at [DONE]; a timeout or a cut here only costs the connection.
+    with suppress(TimeoutError, ProviderError):
+        async with asyncio.timeout(DRAIN_AFTER_DONE_S):
+            async for _ in chunks:
+                pass
+
+
 class OpenAIChatProvider:
     """Streams `POST {base_url}/chat/completions`; `base_url` includes `/v1`, as in the SDK."""
 
@@ -467,7 +495,11 @@ class OpenAIChatProvider:
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._api_key = api_key
         self._cache_markers = cache_markers
-        self._headers = {"Accept": "text/event-stream", **(extra_headers or {})}
+        self._headers = {
+            "Accept": "text/event-stream",
+            "Content-Type": "application/json",
+            **(extra_headers or {}),
+        }
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._owns_client = http_client is None
@@ -478,9 +510,9 @@ class OpenAIChatProvider:
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
-        body = build_chat_body(request, cache_markers=self._cache_markers)
+        body = encode_body(build_chat_body(request, cache_markers=self._cache_markers))
         http_request = self._client.build_request(
-            "POST", self._url, json=body, headers=self._headers
+            "POST", self._url, content=body, headers=self._headers
         )
         try:
             response = await self._client.send(http_request, stream=True)
@@ -525,6 +557,9 @@ class OpenAIChatProvider:
             async for raw in chunks:
                 for sse in decoder.feed(raw):
                     if self._is_done(sse):
+                        # Returning here, before the chunked body's end, made httpx drop
+                        # the connection: a new TCP (and TLS) handshake on every call.
+                        await _drain(chunks)
                         for event in state.finish():
                             yield event
                         return
@@ -542,7 +577,7 @@ class OpenAIChatProvider:
         """A non-streamed reply from a server that ignored `stream: true`."""
         raw = b"".join([chunk async for chunk in self._body_chunks(response)])
         try:
-            body = json.loads(raw)
+            body = orjson.loads(raw)
         except ValueError:
             # Some servers label their SSE as JSON; read it as what it is.
             async for event in self._sse_events(_single(raw)):
@@ -562,7 +597,7 @@ class OpenAIChatProvider:
     def _parse(self, sse: SSEEvent) -> dict[str, Any]:
         """One chunk as a dict; raises the classified error for in-stream error frames."""
         try:
-            chunk = json.loads(sse.data) if sse.data.strip() else {}
+            chunk = orjson.loads(sse.data) if sse.data.strip() else {}
         except ValueError:
             log.warning("skipping unparseable stream chunk (%d bytes)", len(sse.data))
             return {}

@@ -216,17 +216,27 @@ def _price_with_override(usage: Usage, override: PriceOverride) -> Cost:
     return Cost(amount, "estimated", OVERRIDE_SOURCE)
 
 
+_UNLISTED: set[tuple[str, str | None, str]] = set()
+"""(model, provider hint, table version) the table has no price for; genai-prices caches
+its hits but searches every provider again on each miss (a local model's every call)."""
+
+
 def _price_with_genai(
     usage: Usage, *, model: str, provider: str | None, at: datetime | None, source: str
 ) -> Cost:
     when = at if at is not None else datetime.now(tz=UTC)
     gp_usage = _to_genai_usage(usage)
     notes: list[str] = []
+    if (model, provider, source) in _UNLISTED:
+        # The table does not change while we run: a model it lacks is not searched again.
+        hint = "" if provider is None else f" (provider {provider!r})"
+        return _unknown(source, f"{source} has no price for model {model!r}{hint}")
     try:
         try:
             calc = _calc(gp_usage, model, provider, when)
         except LookupError:
             if provider is None:
+                _UNLISTED.add((model, provider, source))
                 raise
             # The hint often names the wire ("openai" for any OpenAI-compatible upstream),
             # not the vendor, so let the model name find its vendor, and say we did.
@@ -236,6 +246,7 @@ def _price_with_genai(
                 f"priced as {calc.provider.id}/{calc.model.id} by model name"
             )
     except LookupError:
+        _UNLISTED.add((model, provider, source))
         hint = "" if provider is None else f" (provider {provider!r})"
         return _unknown(source, f"{source} has no price for model {model!r}{hint}")
     except ValueError as exc:  # the table rejected the usage shape; never guess a figure

@@ -10,14 +10,24 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
-from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.agent.events import ClientToolCalls, ToolFinished, ToolStarted, TurnFinished, TurnText
+from app.agent.events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ClientToolCalls,
+    ToolFinished,
+    ToolStarted,
+    TurnEvent,
+    TurnFinished,
+    TurnText,
+)
 from app.agent.turns import TurnHandle
 from app.protocol.errors import ApiError, validation_error
+from app.protocol.limits import load_json_body, parse_off_loop
 from app.protocol.openai import ChatCompletionRequest
 from app.protocol.render import (
     CompletionRenderer,
+    approval_event_payload,
     error_payload,
     retry_headers,
     tool_event_payload,
@@ -31,24 +41,15 @@ from app.routes.busy import (
     steer_text,
     steered_response,
 )
-from app.routes.deps import PrincipalDep, StateDep, read_limited_body
+from app.routes.deps import PrincipalDep, StateDep, read_limited_body, turn_slot
+from app.routes.event_stream import EventSourceResponse, ServerSentEvent
 from app.serving import Retry
 
 router = APIRouter()
 
 
 def parse_request(body: bytes) -> ChatCompletionRequest:
-    try:
-        data = json.loads(body.decode("utf-8"))
-        # A lone surrogate ("\ud800") parses but cannot be stored or sent upstream: refuse
-        # it here rather than fail half-way through creating the session.
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except (json.JSONDecodeError, UnicodeError) as exc:
-        raise ApiError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
-    except RecursionError:
-        raise ApiError(400, "request body is nested too deeply", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+    data = load_json_body(body)  # bounded: every failure is a 400 (app/protocol/limits.py)
     try:
         return ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
@@ -78,23 +79,32 @@ def session_header(request: Request) -> str | None:
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request, state: StateDep, principal: PrincipalDep) -> Response:
     body = await read_limited_body(request, state.settings.max_body_bytes)
-    chat = parse_request(body)
+    chat = await parse_off_loop(body, parse_request)
+    session_id = session_header(request) or chat.session_id
+    if principal.session_id is not None and session_id != principal.session_id:
+        raise ApiError(
+            403,
+            "this token is bound to one session; send its id in X-Session-Id",
+            code="token_session_mismatch",
+        )
     profile = state.chat.resolve_profile(chat.model)
     strategy = busy_strategy(request, profile)
     on_disconnect = disconnect_policy(request, profile)
-    started = await start_when_free(
-        state,
-        lambda: state.chat.start(
-            chat,
-            principal,
-            session_header(request) or chat.session_id,
-            retry=retry_of(request, body),
-        ),
-        strategy,
-        steer_text(chat) if strategy == "steer" else None,
-    )
+    slot = turn_slot(state, principal)
+    try:
+        started = await start_when_free(
+            state,
+            lambda: state.chat.start(chat, principal, session_id, retry=retry_of(request, body)),
+            strategy,
+            steer_text(chat) if strategy == "steer" else None,
+        )
+    except BaseException:
+        slot.release()
+        raise
     if isinstance(started, Steered):
+        slot.release()  # the message joined a turn that already holds its own slot
         return steered_response(started)
+    slot.bind(started.handle.task)
     started.handle.on_disconnect = on_disconnect
     headers = {"X-Session-Id": started.session_id}
     if started.ignored:
@@ -104,9 +114,15 @@ async def chat_completions(request: Request, state: StateDep, principal: Princip
     )
     renderer.adopt(started.handle)
     if chat.stream:
-        opted_in = "tools" in request.headers.get("x-courier-events", "").lower().split(",")
+        wanted = {e.strip() for e in request.headers.get("x-courier-events", "").lower().split(",")}
         return EventSourceResponse(
-            sse_frames(started.handle, renderer, state.settings.keepalive_s, tool_events=opted_in),
+            sse_frames(
+                started.handle,
+                renderer,
+                state.settings.keepalive_s,
+                tool_events="tools" in wanted,
+                approval_events="approvals" in wanted,
+            ),
             headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             ping=0,
             sep="\n",
@@ -176,41 +192,72 @@ async def sse_frames(
     keepalive_s: float,
     *,
     tool_events: bool = False,
-) -> AsyncIterator[ServerSentEvent]:
+    approval_events: bool = False,
+) -> AsyncIterator[ServerSentEvent | bytes]:
     """Standard chunks, a comment line whenever `keepalive_s` pass without a byte, and
-    progress chunks only for a client that asked."""
+    progress chunks only for a client that asked.
+
+    Events already queued go out as one write: a socket write per chunk was the largest
+    single cost of a fast stream, and joining only what is ready never delays a byte."""
     yield ServerSentEvent(data=renderer.role_chunk())
     queue = handle.subscribe()
     finished = False
     try:
-        while True:
+        while not finished:
             try:
-                event = await asyncio.wait_for(queue.get(), timeout=keepalive_s)
+                # No task per event (3.11's wait_for makes one): a ready event is taken at
+                # once, and a wait is a timer on this task.
+                if queue.empty():
+                    async with asyncio.timeout(keepalive_s):
+                        event = await queue.get()
+                else:
+                    event = queue.get_nowait()
             except TimeoutError:
                 yield ServerSentEvent(comment="keepalive")
                 continue
-            if isinstance(event, TurnText):
-                yield ServerSentEvent(data=renderer.text_chunk(event.text))
-            elif isinstance(event, ClientToolCalls):
-                for chunk in renderer.tool_call_chunks(event.calls):
-                    yield ServerSentEvent(data=chunk)
-            elif tool_events and isinstance(event, ToolStarted | ToolFinished):
-                yield ServerSentEvent(data=renderer.progress_chunk(tool_event_payload(event)))
-            elif isinstance(event, TurnFinished):
-                finished = True
-                if event.error is not None:
-                    # Headers are gone: the error travels inside the stream.
-                    yield ServerSentEvent(data=json.dumps(error_payload(event.error)))
-                else:
-                    yield ServerSentEvent(data=renderer.finish_chunk(event))
-                    if renderer.include_usage:
-                        yield ServerSentEvent(data=renderer.usage_chunk(event))
-                yield ServerSentEvent(data="[DONE]")
+            opted = {"tool_events": tool_events, "approval_events": approval_events}
+            frames = event_frames(event, renderer, **opted)
+            finished = isinstance(event, TurnFinished)
+            while not finished and not queue.empty():
+                event = queue.get_nowait()
+                frames += event_frames(event, renderer, **opted)
+                finished = isinstance(event, TurnFinished)
+            if finished:
+                assert isinstance(event, TurnFinished)
                 handle.delivered = event.error is None
-                return
+            if frames:
+                yield b"".join(frame.encode() for frame in frames)
     finally:
         handle.unsubscribe(queue)
         if not finished:
             # The client went away (a voice interruption, a closed tab): stop the work,
             # unless an idempotency key lets a retry reattach within the grace period.
             handle.abandon()
+
+
+def event_frames(
+    event: TurnEvent,
+    renderer: CompletionRenderer,
+    *,
+    tool_events: bool,
+    approval_events: bool = False,
+) -> list[ServerSentEvent]:
+    """The frames one turn event becomes (none for events this client did not ask for)."""
+    if isinstance(event, TurnText):
+        return [ServerSentEvent(data=renderer.text_chunk(event.text))]
+    if isinstance(event, ClientToolCalls):
+        return [ServerSentEvent(data=chunk) for chunk in renderer.tool_call_chunks(event.calls)]
+    if tool_events and isinstance(event, ToolStarted | ToolFinished):
+        return [ServerSentEvent(data=renderer.progress_chunk(tool_event_payload(event)))]
+    if approval_events and isinstance(event, ApprovalRequested | ApprovalResolved):
+        return [ServerSentEvent(data=renderer.progress_chunk(approval_event_payload(event)))]
+    if not isinstance(event, TurnFinished):
+        return []
+    if event.error is not None:
+        # Headers are gone: the error travels inside the stream.
+        frames = [ServerSentEvent(data=json.dumps(error_payload(event.error)))]
+    else:
+        frames = [ServerSentEvent(data=renderer.finish_chunk(event))]
+        if renderer.include_usage:
+            frames.append(ServerSentEvent(data=renderer.usage_chunk(event)))
+    return [*frames, ServerSentEvent(data="[DONE]")]

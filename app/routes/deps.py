@@ -7,11 +7,15 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from app.protocol.errors import ApiError
-from app.security.auth import CHAT, METRICS, Principal
+from app.security.auth import ADMIN, APPROVALS, CHAT, METRICS, SESSIONS_READ, Principal
+from app.security.limits import LimitExceeded, TurnSlot
 from app.state import AppState
 
+# The dependencies below do no I/O, so they are `async def`: FastAPI runs a plain `def`
+# dependency in the thread pool, a thread hop per request (about 1 ms of CPU for three).
 
-def get_state(request: Request) -> AppState:
+
+async def get_state(request: Request) -> AppState:
     state: AppState = request.app.state.courier
     return state
 
@@ -19,7 +23,14 @@ def get_state(request: Request) -> AppState:
 StateDep = Annotated[AppState, Depends(get_state)]
 
 
-def authenticate(request: Request, state: AppState, scope: str) -> Principal:
+def limit_error(exc: LimitExceeded) -> ApiError:
+    return ApiError(
+        429, exc.message, code=exc.code, headers={"Retry-After": str(exc.retry_after_s)}
+    )
+
+
+def authenticate(request: Request, state: AppState, *scopes: str) -> Principal:
+    """The principal, if it holds at least one of `scopes` and is within its rate limit."""
     principal = state.auth.authenticate(request.headers.get("authorization"))
     if principal is None:
         raise ApiError(
@@ -28,21 +39,55 @@ def authenticate(request: Request, state: AppState, scope: str) -> Principal:
             code="invalid_api_key",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    if scope not in principal.scopes:
-        raise ApiError(403, f"this key lacks the '{scope}' scope", code="insufficient_scope")
+    # `admin` is the operator's key: it may do everything any scope allows.
+    if not principal.admin and not principal.scopes & set(scopes):
+        wanted = "' or '".join(scopes)
+        raise ApiError(403, f"this key lacks the '{wanted}' scope", code="insufficient_scope")
+    try:
+        state.limits.check_rate(principal)
+    except LimitExceeded as exc:
+        raise limit_error(exc) from None
     return principal
 
 
-def get_principal(request: Request, state: StateDep) -> Principal:
+def turn_slot(state: AppState, principal: Principal) -> TurnSlot:
+    """A running turn's place under the global and per-key caps, or 429."""
+    try:
+        return state.limits.acquire_turn(principal)
+    except LimitExceeded as exc:
+        raise limit_error(exc) from None
+
+
+async def get_principal(request: Request, state: StateDep) -> Principal:
     return authenticate(request, state, CHAT)
 
 
-def get_metrics_principal(request: Request, state: StateDep) -> Principal:
+async def get_metrics_principal(request: Request, state: StateDep) -> Principal:
     return authenticate(request, state, METRICS)
 
 
+def get_reader(request: Request, state: StateDep) -> Principal:
+    return authenticate(request, state, SESSIONS_READ)
+
+
+def get_approver(request: Request, state: StateDep) -> Principal:
+    return authenticate(request, state, APPROVALS)
+
+
+def get_minter(request: Request, state: StateDep) -> Principal:
+    return authenticate(request, state, CHAT, "admin")
+
+
+def get_admin_principal(request: Request, state: StateDep) -> Principal:
+    return authenticate(request, state, ADMIN)
+
+
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+AdminPrincipalDep = Annotated[Principal, Depends(get_admin_principal)]
 MetricsPrincipalDep = Annotated[Principal, Depends(get_metrics_principal)]
+ReaderDep = Annotated[Principal, Depends(get_reader)]
+ApproverDep = Annotated[Principal, Depends(get_approver)]
+MinterDep = Annotated[Principal, Depends(get_minter)]
 
 
 async def read_limited_body(request: Request, limit: int) -> bytes:

@@ -1,29 +1,283 @@
-"""GET /v1/sessions/{id}/usage: the per-call ledger and the session's totals."""
+"""The sessions API: list, read, page messages, fork, retract or purge, search, cost, usage.
+
+Owner or admin only; another principal's session answers exactly like a missing one, so
+ids cannot be probed. A retracted session is gone for its owner and visible to the admin.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
+from app.db import session_query as q
+from app.db.models import SessionRow
+from app.db.tool_store import fts_terms, search_sessions
 from app.protocol.errors import ApiError
-from app.routes.deps import PrincipalDep, StateDep
+from app.routes.deps import PrincipalDep, ReaderDep, StateDep
+from app.security.auth import Principal
+from app.session_cost import cost_report, profile_pricer
+from app.session_service import ForkPointMissing, ProfileGone, SessionBusy, SessionService
+from app.state import AppState
 
 router = APIRouter()
+
+Limit = Annotated[int, Query(ge=1, le=100)]
+
+
+def _not_found(session_id: str) -> ApiError:
+    return ApiError(404, f"session '{session_id}' not found", code="session_not_found")
+
+
+def owned_session(state: AppState, principal: Principal, session_id: str) -> SessionRow:
+    """The session if the caller may see it; the cheap check for routes that need no totals."""
+    session = state.store.get_session(session_id=session_id)
+    if session is None or (session.owner != principal.owner and not principal.admin):
+        raise _not_found(session_id)
+    if principal.session_id is not None and principal.session_id != session_id:
+        raise _not_found(session_id)  # a token bound to another session sees only that one
+    if not principal.admin and q.is_retracted(state.store, session_id=session_id):
+        raise _not_found(session_id)
+    return session
+
+
+def owned_summary(state: AppState, principal: Principal, session_id: str) -> q.SessionSummary:
+    summary = q.session_summary(state.store, session_id=session_id)
+    if summary is None or (summary.session.owner != principal.owner and not principal.admin):
+        raise _not_found(session_id)
+    if principal.session_id is not None and principal.session_id != session_id:
+        raise _not_found(session_id)
+    if summary.retracted and not principal.admin:
+        raise _not_found(session_id)
+    return summary
+
+
+def session_json(state: AppState, summary: q.SessionSummary) -> dict[str, Any]:
+    s: SessionRow = summary.session
+    report = cost_report(summary.calls, profile_pricer(state.chat.profiles), buckets=False)
+    return {
+        "id": s.id,
+        "object": "courier.session",
+        "title": summary.title,
+        "profile": s.profile,
+        "created_at": int(s.started_at),
+        "last_active_at": int(s.updated_at),
+        "turns": summary.turns,
+        "cost_usd": None if report.cost is None else str(report.cost),
+        "cache_savings_usd": None if report.savings is None else str(report.savings),
+        "upstream_calls": report.calls,
+        "state": "purged" if summary.purged else "retracted" if summary.retracted else "live",
+    }
+
+
+def _service(state: AppState) -> SessionService:
+    return SessionService(store=state.store, chat=state.chat, turns=state.turns)
+
+
+@router.get("/v1/sessions")
+async def list_sessions(
+    state: StateDep,
+    principal: ReaderDep,
+    limit: Limit = 20,
+    cursor: str | None = None,
+    after: str | None = None,
+) -> dict[str, Any]:
+    """Newest first. `cursor` (or `after`) is the previous page's `next_cursor`. An admin
+    key lists every principal's sessions, retracted ones included."""
+    rows, more = q.list_sessions(
+        state.store,
+        owner=None if principal.admin else principal.owner,
+        limit=limit,
+        before=cursor or after,
+        include_retracted=principal.admin,
+    )
+    # Pricing is CPU work: off the event loop, so running streams keep flowing.
+    data = await asyncio.to_thread(lambda: [session_json(state, r) for r in rows])
+    return {
+        "object": "list",
+        "data": data,
+        "has_more": more,
+        "next_cursor": rows[-1].session.id if more and rows else None,
+    }
+
+
+@router.get("/v1/sessions/search")
+async def search(
+    state: StateDep,
+    principal: ReaderDep,
+    q_: Annotated[str, Query(alias="q", min_length=1, max_length=1000)],
+    limit: Annotated[int, Query(ge=1, le=50)] = 10,
+) -> dict[str, Any]:
+    """Full text over the caller's own sessions (an admin searches only its own too: this
+    is recall, not surveillance). Retracted rows never match."""
+    terms = fts_terms(q_)
+    if not terms:
+        raise ApiError(400, "q has no searchable words", param="q", code="invalid_query")
+    hits = search_sessions(state.store, owner=principal.owner, terms=terms, limit=limit)
+    titles = q.titles(state.store, session_ids=[h.session_id for h in hits])
+    return {
+        "object": "list",
+        "data": [
+            {
+                "session_id": h.session_id,
+                "title": titles.get(h.session_id, ""),
+                "message_id": h.message_id,
+                "role": h.role,
+                "state": "archived" if h.archived else "live",
+                "snippet": h.snippet,
+                "session_created_at": int(h.session_started_at),
+            }
+            for h in hits
+        ],
+        "has_more": False,
+    }
+
+
+@router.get("/v1/sessions/{session_id}")
+async def get_session(session_id: str, state: StateDep, principal: ReaderDep) -> dict[str, Any]:
+    summary = owned_summary(state, principal, session_id)
+    return await asyncio.to_thread(session_json, state, summary)
+
+
+@router.get("/v1/sessions/{session_id}/messages")
+async def list_messages(
+    session_id: str,
+    state: StateDep,
+    principal: ReaderDep,
+    limit: Limit = 50,
+    cursor: Annotated[int | None, Query(ge=0)] = None,
+    after: Annotated[int | None, Query(ge=0)] = None,
+) -> dict[str, Any]:
+    """Oldest first, every row: live, archived by a compaction, or retracted."""
+    owned_session(state, principal, session_id)
+    rows, more = q.messages_page(
+        state.store,
+        session_id=session_id,
+        after=cursor if cursor is not None else after,
+        limit=limit,
+    )
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": m.row.id,
+                "object": "courier.message",
+                "role": m.row.role,
+                "content": m.row.content,
+                # The exact text the model saw; the display text when they never differed.
+                "api_content": m.row.api_content
+                if m.row.api_content is not None
+                else m.row.content,
+                "tool_calls": m.tool_calls,
+                "images": m.images,
+                "tool_call_id": m.row.tool_call_id,
+                "tool_name": m.row.tool_name,
+                "is_error": m.row.is_error,
+                "kind": m.row.kind,
+                "turn_id": m.row.turn_id,
+                "state": m.state,
+                "created_at": int(m.row.created_at),
+            }
+            for m in rows
+        ],
+        "has_more": more,
+        "next_cursor": str(rows[-1].row.id) if more and rows else None,
+    }
+
+
+@router.post("/v1/sessions/{session_id}/fork")
+async def fork_session(
+    session_id: str, request: Request, state: StateDep, principal: PrincipalDep
+) -> dict[str, Any]:
+    """Body `{"message_id": N}` (optional): the fork holds the live rows up to N."""
+    session = owned_session(state, principal, session_id)
+    if q.is_retracted(state.store, session_id=session_id):
+        raise ApiError(409, "a retracted session cannot be forked", code="session_retracted")
+    message_id = await _fork_point(request)
+    try:
+        forked = _service(state).fork(session, message_id=message_id)
+    except ForkPointMissing:
+        raise ApiError(
+            400,
+            f"message {message_id} is not a live message of session '{session_id}'",
+            param="message_id",
+            code="message_not_found",
+        ) from None
+    except ProfileGone:
+        raise ApiError(
+            409, "the session's profile is no longer configured", code="profile_gone"
+        ) from None
+    created = q.session_summary(state.store, session_id=forked.session_id)
+    assert created is not None
+    return {
+        **session_json(state, created),
+        "forked_from": {"session_id": session_id, "message_id": message_id},
+        "messages": forked.messages,
+        "workspace_copied": forked.workspace_copied,
+    }
+
+
+async def _fork_point(request: Request) -> int | None:
+    raw = await request.body()
+    if not raw.strip():
+        return None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise ApiError(400, "request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+    value = body.get("message_id")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ApiError(400, "message_id must be a positive integer", param="message_id")
+    return value
+
+
+@router.delete("/v1/sessions/{session_id}")
+async def delete_session(
+    session_id: str,
+    state: StateDep,
+    principal: PrincipalDep,
+    purge: bool = False,
+) -> dict[str, Any]:
+    """Retract (hidden, nothing deleted); `?purge=true` with the admin scope hard-deletes
+    the transcript, keeping the usage ledger that spend caps count."""
+    if purge and not principal.admin:
+        raise ApiError(403, "purge needs the 'admin' scope", code="insufficient_scope")
+    session = owned_session(state, principal, session_id)
+    try:
+        _service(state).retract(session, purge=purge)
+    except SessionBusy:
+        raise ApiError(409, "a turn is running on this session", code="session_busy") from None
+    return {
+        "id": session_id,
+        "object": "courier.session.deleted",
+        "deleted": True,
+        "purged": purge,
+    }
+
+
+@router.get("/v1/sessions/{session_id}/cost")
+async def session_cost(session_id: str, state: StateDep, principal: ReaderDep) -> dict[str, Any]:
+    summary = owned_summary(state, principal, session_id)
+    pricer = profile_pricer(state.chat.profiles)
+    report = await asyncio.to_thread(cost_report, summary.calls, pricer)
+    return {"object": "courier.session_cost", "session_id": session_id, **report.as_json()}
 
 
 @router.get("/v1/sessions/{session_id}/usage")
 async def session_usage(
     session_id: str,
     state: StateDep,
-    principal: PrincipalDep,
+    principal: ReaderDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> dict[str, Any]:
-    session = state.store.get_session(session_id=session_id)
-    # Another key's session answers exactly like a missing one: no existence oracle.
-    if session is None or (session.owner != principal.owner and not principal.admin):
-        raise ApiError(404, f"session '{session_id}' not found", code="session_not_found")
+    session = owned_session(state, principal, session_id)
     rows, total = state.store.api_calls(session_id=session_id, limit=limit, offset=offset)
     prompt = session.input_tokens + session.cache_read_tokens + session.cache_write_tokens
     return {

@@ -162,45 +162,93 @@ def normalise_host(host: str) -> str:
     return text.rstrip(".")
 
 
+DEFAULT_PORTS = frozenset({80, 443})
+"""What an allow-list entry without a port allows: the web's ports, nothing else. Allowing a
+name used to allow every port on it, including a control API a redirect could reach."""
+
+Ports = frozenset[int] | None
+"""Allowed ports of an entry; None means any (written `host:*`)."""
+
+
+def split_port(entry: str) -> tuple[str, Ports]:
+    """`host:8080` -> ("host", {8080}), `[::1]:*` -> ("::1", None), `host` -> default ports.
+
+    A bare IPv6 literal has colons of its own, so a port needs brackets there. An entry
+    with an unreadable port matches nothing (see AllowList.parse).
+    """
+    text = entry.strip()
+    host, port = text, ""
+    if text.startswith("["):
+        close = text.find("]")
+        if close != -1:
+            host, rest = text[1:close], text[close + 1 :]
+            port = rest[1:] if rest.startswith(":") else ""
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    if not port:
+        return host, DEFAULT_PORTS
+    if port == "*":
+        return host, None
+    if port.isdigit() and 0 < int(port) < 65536:
+        return host, frozenset({int(port)})
+    return host, frozenset()
+
+
 @dataclass(frozen=True, slots=True)
 class AllowList:
-    """Operator exceptions, in three kinds.
+    """Operator exceptions, in three kinds, each scoped to ports (`host:port`, `host:*`).
 
     A name allows that name whatever it resolves to. A bare address allows that literal
     destination only, not every name resolving to it: otherwise a DNS name anyone can point
     at the address (or `localhost`) would ride the exception. A CIDR allows any resolved
-    address inside it, which is the explicit way to say "any name landing here".
+    address inside it, which is the explicit way to say "any name landing here". An entry
+    without a port allows only ports 80 and 443.
     """
 
-    names: frozenset[str]
-    addresses: frozenset[IPAddress]
-    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    names: tuple[tuple[str, Ports], ...]
+    addresses: tuple[tuple[IPAddress, Ports], ...]
+    networks: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, Ports], ...]
 
     @classmethod
     def parse(cls, entries: Sequence[str]) -> AllowList:
-        names: set[str] = set()
-        addresses: set[IPAddress] = set()
-        networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+        names: list[tuple[str, Ports]] = []
+        addresses: list[tuple[IPAddress, Ports]] = []
+        networks: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, Ports]] = []
         for entry in entries:
-            text = normalise_host(entry)
+            raw_host, ports = split_port(entry)
+            text = normalise_host(raw_host)
             if not text:
                 continue
             if "/" in text:
                 # A malformed CIDR matches nothing: failing closed (refusing) is safe, while
                 # guessing what the operator meant could open a wider range than intended.
                 with contextlib.suppress(ValueError):
-                    networks.append(ipaddress.ip_network(text, strict=False))
+                    networks.append((ipaddress.ip_network(text, strict=False), ports))
                 continue
             literal = parse_ip_literal(text)
             if literal is not None:
-                addresses.add(_unwrap_mapped(literal))
+                addresses.append((_unwrap_mapped(literal), ports))
             else:
-                names.add(text)
-        return cls(frozenset(names), frozenset(addresses), tuple(networks))
+                names.append((text, ports))
+        return cls(tuple(names), tuple(addresses), tuple(networks))
 
-    def in_networks(self, ip: IPAddress) -> bool:
+    def allows_name(self, name: str, port: int) -> bool:
+        return any(n == name and _port_ok(ports, port) for n, ports in self.names)
+
+    def allows_address(self, ip: IPAddress, port: int) -> bool:
         ip = _unwrap_mapped(ip)
-        return any(ip.version == net.version and ip in net for net in self.networks)
+        return any(a == ip and _port_ok(ports, port) for a, ports in self.addresses)
+
+    def in_networks(self, ip: IPAddress, port: int) -> bool:
+        ip = _unwrap_mapped(ip)
+        return any(
+            ip.version == net.version and ip in net and _port_ok(ports, port)
+            for net, ports in self.networks
+        )
+
+
+def _port_ok(ports: Ports, port: int) -> bool:
+    return ports is None or port in ports
 
 
 def _unwrap_mapped(ip: IPAddress) -> IPAddress:
@@ -224,7 +272,7 @@ async def resolve_and_check(host: str, port: int, *, allow: Sequence[str]) -> li
     rules = AllowList.parse(allow)
     literal = parse_ip_literal(name)
     if literal is not None:
-        if _unwrap_mapped(literal) in rules.addresses or rules.in_networks(literal):
+        if rules.allows_address(literal, port) or rules.in_networks(literal, port):
             return [str(literal)]
         reason = check_address(literal)
         if reason is not None:
@@ -246,11 +294,11 @@ async def resolve_and_check(host: str, port: int, *, allow: Sequence[str]) -> li
             found.append(address)
     if not found:
         raise ResolutionFailed(f"{name} resolved to no addresses")
-    if name in rules.names:
+    if rules.allows_name(name, port):
         return found
     for address in found:
         ip = ipaddress.ip_address(address)
-        if rules.in_networks(ip):
+        if rules.in_networks(ip, port):
             continue
         reason = check_address(ip)
         if reason is not None:

@@ -217,6 +217,14 @@ def _tools(tools: Any, prompt: _Prompt) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _tool_parameters(tools: Any) -> dict[str, Any]:
+    if not isinstance(tools, list):
+        return {}
+    return {
+        str(t.get("name", "")): t.get("input_schema") or {} for t in tools if isinstance(t, dict)
+    }
+
+
 def _max_tokens(body: dict[str, Any], required: bool) -> int | None:
     value = body.get("max_tokens")
     if value is None and not required:
@@ -250,6 +258,9 @@ def parse(body: Any, *, require_max_tokens: bool = True) -> SimRequest:
     stop = body.get("stop_sequences") or []
     temperature = body.get("temperature")
     choice = body.get("tool_choice")
+    forced = (
+        choice.get("name") if isinstance(choice, dict) and choice.get("type") == "tool" else None
+    )
     return SimRequest(
         wire="anthropic",
         model=model,
@@ -265,7 +276,12 @@ def parse(body: Any, *, require_max_tokens: bool = True) -> SimRequest:
         last_user_text=facts.last_user_text,
         last_tool_results=tuple(facts.last_tool_results),
         breakpoints=tuple(prompt.breakpoints),
-        output_schema=_output_schema(body.get("output_config")),
+        tool_parameters=_tool_parameters(body.get("tools")),
+        forced_tool=forced if isinstance(forced, str) else None,
+        # `output_config.format` (GA) or the beta `output_format`.
+        output_schema=_output_schema(
+            body.get("output_config") or {"format": body.get("output_format")}
+        ),
     )
 
 

@@ -160,6 +160,23 @@ def _tools(body: dict[str, Any]) -> tuple[list[Segment], tuple[str, ...]]:
     return segments, names
 
 
+def _tool_parameters(body: dict[str, Any]) -> dict[str, Any]:
+    tools = body.get("tools") or []
+    functions = [t.get("function") for t in tools if isinstance(t, dict)]
+    return {
+        str(f.get("name", "")): f.get("parameters") or {} for f in functions if isinstance(f, dict)
+    }
+
+
+def _forced_tool(body: dict[str, Any]) -> str | None:
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        return name if isinstance(name, str) else None
+    return None
+
+
 def _number(body: dict[str, Any], *keys: str) -> Any:
     for key in keys:
         value = body.get(key)
@@ -217,6 +234,8 @@ def parse(body: Any) -> SimRequest:
         last_tool_results=tuple(facts.last_tool_results),
         prompt_cache_key=cache_key if isinstance(cache_key, str) else None,
         cache_ttl_seconds=86_400.0 if retention == "24h" else 300.0,
+        tool_parameters=_tool_parameters(body),
+        forced_tool=_forced_tool(body),
         output_schema=_output_schema(body.get("response_format")),
     )
 

@@ -5,6 +5,9 @@
   `read_file {"path": name}` (all in one assistant message).
 * Latest message a tool result: prose summarising the latest group of results.
 * Anything else: one sentence echoing the user's question.
+* `tool_choice` naming a tool: a call to it, arguments a minimal instance of its schema.
+* An answer that must be JSON (`response_format`, a native output format): a minimal
+  instance of the schema, or `{"answer": <the echo sentence>}` for plain JSON mode.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from app.simulator.request import SimRequest, ToolResult
 from app.simulator.script import Reply, ToolCallSpec
+from app.simulator.structured import schema_instance
 
 _LIST_WORDS = re.compile(
     r"\b(list|listing|ls|files|directory|directories|folder|workspace)\b", re.I
@@ -39,7 +43,7 @@ def _file_names(text: str) -> list[str]:
     return list(unique)
 
 
-def _arguments(value: dict[str, str]) -> str:
+def _arguments(value: dict[str, Any]) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
@@ -106,34 +110,33 @@ def _summary(result: ToolResult) -> str:
     return f"The {name} tool returned: {_clip(result.content)}"
 
 
-def sample_value(schema: Any, depth: int = 0) -> Any:
-    """A small value that satisfies a JSON schema's common keywords."""
-    if not isinstance(schema, dict) or depth > 8:
-        return {}
-    if "const" in schema:
-        return schema["const"]
-    if schema.get("enum"):
-        return schema["enum"][0]
-    for key in ("anyOf", "oneOf", "allOf"):
-        if isinstance(schema.get(key), list) and schema[key]:
-            return sample_value(schema[key][0], depth + 1)
-    kind = schema.get("type", "object")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind == "object":
-        props = schema.get("properties") or {}
-        wanted = schema.get("required", list(props))
-        return {name: sample_value(props.get(name, {}), depth + 1) for name in wanted}
-    if kind == "array":
-        count = int(schema.get("minItems", 0))
-        return [sample_value(schema.get("items", {}), depth + 1) for _ in range(count)]
-    samples = {"string": "simulated", "integer": 1, "number": 1, "boolean": True, "null": None}
-    return samples.get(kind, "simulated")
+def _as_json(schema: dict[str, Any], prose: str) -> str:
+    # `{}` is plain JSON mode (`json_object`): any object will do.
+    value = schema_instance(schema) if schema else {"answer": prose}
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _forced_call(request: SimRequest) -> Reply | None:
+    name = request.forced_tool
+    if name is None or request.tools_disabled or name not in request.tool_names:
+        return None
+    arguments = schema_instance(request.tool_parameters.get(name) or {})
+    if not isinstance(arguments, dict):
+        arguments = {}
+    return Reply(tool_calls=(ToolCallSpec(name, _arguments(arguments)),))
 
 
 def demo_reply(request: SimRequest) -> Reply:
-    if request.output_schema is not None:
-        return Reply(text=json.dumps(sample_value(request.output_schema)))
+    reply = _prose_or_calls(request)
+    if request.output_schema is not None and reply.text is not None:
+        return Reply(text=_as_json(request.output_schema, reply.text))
+    return reply
+
+
+def _prose_or_calls(request: SimRequest) -> Reply:
+    forced = _forced_call(request)
+    if forced is not None:
+        return forced
     if request.last_role == "tool" and request.last_tool_results:
         return Reply(text=" ".join(_summary(r) for r in request.last_tool_results))
     if request.last_role == "user" and request.has_tools and not request.tools_disabled:

@@ -6,7 +6,8 @@ cache accounting read only this, so they behave the same on both wires.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.simulator.tokens import Segment, total_tokens
@@ -106,6 +107,10 @@ class SimRequest:
     prompt_cache_key: str | None = None
     cache_ttl_seconds: float = 300.0
     """TTL of OpenAI automatic prefix caching entries."""
+    tool_parameters: Mapping[str, Any] = field(default_factory=dict)
+    """Each offered tool's parameter schema, by name (the demo fills forced calls from it)."""
+    forced_tool: str | None = None
+    """`tool_choice` naming one tool: the model must call it."""
     output_schema: dict[str, Any] | None = None
     """Structured output asked for (`response_format` / `output_config.format`); `{}` for
     a plain JSON object. The demo policy then answers with a value that fits it."""

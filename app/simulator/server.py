@@ -8,8 +8,15 @@ Control endpoints (JSON, no auth):
 * `GET  /_sim/requests` -> `[{"path", "body", "headers", "time"}, ...]` for every `/v1/*`
   request in arrival order; `body` is the raw text as received, `time` the simulated clock.
   `?path=/v1/messages` keeps only that path.
+* `GET  /_sim/connections` -> `{"connections": n}`: distinct client TCP connections that
+  carried a model request, so a test can prove the upstream connection is reused.
+* `POST /_sim/reset`    clears script, failures, requests, connections and cache, restores
+  the startup settings and the clock offset.
 * `POST /_sim/reset`    clears script, failures, requests and cache, restores the startup
   settings and the clock offset.
+* `GET  /_sim/stats`    -> `{"model_requests": int, "disconnects": int}`: model requests
+  taken (auth passed, body parsed) and how many of them the client abandoned before the
+  response was complete (a hung-up stream, or a non-streamed call cut while it waited).
 * `POST /_sim/clock`    `{"advance": seconds}` moves the simulated clock -> `{"now": float}`.
 * `POST /_sim/config`   partial settings (see `SimulatorConfig`) -> the full settings;
   `GET /_sim/config` reads them.
@@ -78,8 +85,17 @@ class SimState:
         self.cache = PromptCache()
         self.clock = SimClock()
         self.seq = 0
+        self.connections: set[tuple[str, int]] = set()
+        self.model_requests = 0
+        self.disconnects = 0
+
+    def disconnected(self) -> None:
+        self.disconnects += 1
 
     def record(self, request: Request, raw: bytes) -> None:
+        if request.client is not None:
+            # A client's (address, port) names one TCP connection for its whole life.
+            self.connections.add((request.client.host, request.client.port))
         self.requests.append(
             {
                 "path": request.url.path,
@@ -173,14 +189,45 @@ def _stream(
         frames = [*frames[: fault.after_events], wire.error_frame(error)]
     drop = fault.drop_after_events if fault is not None else None
     pacing = Pacing.from_config(state.config)
-    return FrameStream(frames, pacing, drop_after=drop, headers=_SSE_HEADERS)
+    return FrameStream(
+        frames, pacing, drop_after=drop, headers=_SSE_HEADERS, on_disconnect=state.disconnected
+    )
+
+
+class _Hungup(Exception):
+    """The client went away while the simulated model was still working."""
+
+
+_WATCH_INTERVAL_S = 0.02
+
+
+async def _wait(seconds: float, http: Request | None, state: SimState) -> None:
+    """Sleep like a working model, noticing a client that hangs up meanwhile.
+
+    A plain sleep would let a test's disconnect go unseen until the body was written, so
+    "did the server cancel its upstream call" could not be counted.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        left = deadline - loop.time()
+        if left <= 0:
+            return
+        await asyncio.sleep(min(left, _WATCH_INTERVAL_S))
+        if http is not None and await http.is_disconnected():
+            state.disconnected()
+            raise _Hungup()
 
 
 async def _whole(
-    state: SimState, body: dict[str, Any], output: Output, fault: Fault | None
+    state: SimState,
+    body: dict[str, Any],
+    output: Output,
+    fault: Fault | None,
+    http: Request | None = None,
 ) -> Response:
     pacing = Pacing.from_config(state.config)
-    await asyncio.sleep(pacing.total(output.output_tokens))
+    await _wait(pacing.total(output.output_tokens), http, state)
     if fault is None or fault.drop_after_events is None:
         return JSONResponse(body)
     # Announce the full length, send half of it, then drop the connection.
@@ -191,10 +238,16 @@ async def _whole(
     return FrameStream(half, no_pace, drop_after=1, media_type="application/json", headers=headers)
 
 
-async def respond(state: SimState, wire: WireFormat, request: SimRequest, plan: Plan) -> Response:
+async def respond(
+    state: SimState,
+    wire: WireFormat,
+    request: SimRequest,
+    plan: Plan,
+    http: Request | None = None,
+) -> Response:
     fault = plan.fault
     if fault is not None and fault.delay_ms > 0:
-        await asyncio.sleep(fault.delay_ms / 1000)
+        await _wait(fault.delay_ms / 1000, http, state)
     in_stream = fault is not None and fault.after_events is not None and request.stream
     if fault is not None and fault.status is not None and not in_stream:
         raise fault_error(fault, fault.status)
@@ -212,7 +265,7 @@ async def respond(state: SimState, wire: WireFormat, request: SimRequest, plan: 
     if request.stream:
         return _stream(state, wire, wire.stream_frames(request, output, usage, state.seq), fault)
     body = wire.response_body(request, output, usage, state.seq)
-    return await _whole(state, body, output, fault)
+    return await _whole(state, body, output, fault, http)
 
 
 async def serve_model(state: SimState, wire: WireFormat, http: Request) -> Response:
@@ -222,9 +275,13 @@ async def serve_model(state: SimState, wire: WireFormat, http: Request) -> Respo
         authorize(state.config, http.headers)
         request = parse_request(wire, raw)
         plan = state.plan(request, http.url.path)
-        return await respond(state, wire, request, plan)
+        state.model_requests += 1
+        return await respond(state, wire, request, plan, http)
     except SimError as error:
         return error_response(wire, error)
+    except _Hungup:
+        # Nobody is listening; any response object will do, it is never written.
+        return Response(status_code=499)
 
 
 # ------------------------------------------------------------------------------ routes
@@ -315,6 +372,15 @@ def _add_control_routes(app: FastAPI, state: SimState) -> None:
         rows = [r for r in state.requests if path is None or r["path"] == path]
         return JSONResponse(rows)
 
+    @app.get("/_sim/connections")
+    async def connections() -> Response:
+        return JSONResponse({"connections": len(state.connections)})
+
+    @app.get("/_sim/stats")
+    async def stats() -> Response:
+        counts = {"model_requests": state.model_requests, "disconnects": state.disconnects}
+        return JSONResponse(counts)
+
     @app.post("/_sim/reset")
     async def reset() -> Response:
         state.reset()
@@ -377,7 +443,7 @@ def _listen(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     # Listening before announcing the port means a client may connect immediately.
-    sock.listen(128)
+    sock.listen(2048)  # benchmarks open a thousand streams at once
     return sock
 
 

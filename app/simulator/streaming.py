@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from starlette.responses import StreamingResponse
@@ -50,11 +50,13 @@ class FrameStream(StreamingResponse):
         drop_after: int | None = None,
         media_type: str = "text/event-stream",
         headers: Mapping[str, str] | None = None,
+        on_disconnect: Callable[[], None] | None = None,
     ) -> None:
         super().__init__((), media_type=media_type, headers=headers)
         self.frames = frames
         self.pacing = pacing
         self.drop_after = drop_after
+        self.on_disconnect = on_disconnect
 
     async def _pace(self, frame: Frame, first_token: bool) -> None:
         if frame.tokens <= 0:
@@ -64,6 +66,16 @@ class FrameStream(StreamingResponse):
             await asyncio.sleep(delay)
 
     async def stream_response(self, send: Send) -> None:
+        try:
+            await self._send_frames(send)
+        except (asyncio.CancelledError, OSError, RuntimeError):
+            # Starlette cancels this on `http.disconnect` (or a send to a closed socket
+            # fails): the client hung up mid-answer, which tests count.
+            if self.on_disconnect is not None:
+                self.on_disconnect()
+            raise
+
+    async def _send_frames(self, send: Send) -> None:
         start = {"type": "http.response.start", "status": self.status_code}
         await send({**start, "headers": self.raw_headers})
         seen_tokens = False

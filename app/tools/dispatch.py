@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,9 @@ MAX_WORKERS = 8
 Resolve = Callable[[Path], Path]
 OnStart = Callable[[int, ToolCall], None]
 OnResult = Callable[[int, ToolCall, ToolOutcome], None]
+Guard = Callable[[ToolCall, Tool, dict[str, Any]], Awaitable[ToolOutcome | None]]
+"""Consulted before a known tool runs: None lets it run, an outcome answers instead
+(a refusal). It may wait, for a human's approval; the call's slot waits with it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +183,7 @@ async def dispatch(
     on_start: OnStart | None = None,
     on_result: OnResult | None = None,
     resolve: Resolve = canonical_path,
+    guard: Guard | None = None,
 ) -> list[ToolOutcome]:
     """Run the batch by its plan and return one outcome per call, in emission order.
 
@@ -205,7 +209,8 @@ async def dispatch(
             # The registry owns the wording of unknown-name and bad-argument errors.
             outcome = await registry.run(call, ctx)
         else:
-            outcome = await registry.invoke(item.tool, item.args, ctx)
+            refused = await guard(call, item.tool, item.args) if guard is not None else None
+            outcome = refused or await registry.invoke(item.tool, item.args, ctx)
         outcomes[index] = outcome
         if on_result is not None:
             on_result(index, call, outcome)

@@ -1,35 +1,37 @@
 """File tools that change or search the workspace: write_file, patch, search_files.
 
-Every path goes through `resolve_in_workspace`, which resolves symlinks before checking
-containment, so `..`, absolute paths elsewhere and symlinks that leave the workspace are
-all refused the same way. Writes are atomic (temp file in the same directory, then
-os.replace): a crash or a concurrent reader sees the old file or the new one, never half.
+Every path is opened through `app/tools/beneath.py`: component by component from a
+descriptor on the workspace, never following a link the kernel would resolve for us, so
+`..`, absolute paths elsewhere, symlinks that leave and symlinks swapped in mid-call are
+all refused the same way. Writes are atomic (temp file in the same directory, renamed
+through its descriptor): a crash or a concurrent reader sees the old file or the new one.
+Regexes run on RE2 (linear time), never Python's backtracking `re`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import os
-import re
 import stat
-import tempfile
+import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from app.tools.beneath import DIR_FLAGS, open_beneath, walk, write_atomic
+from app.tools.linear_regex import LinearRegex, RegexError, compile_linear
+from app.tools.quota import check_write
 from app.tools.registry import Tool, ToolContext, ToolError
 from app.tools.workspace import (
     BINARY_SNIFF_BYTES,
     LIST_FILES,
     READ_FILE,
-    display_path,
     int_arg,
-    is_inside,
     iter_lines,
+    open_in_workspace,
+    open_regular_file,
     path_scope,
-    resolve_in_workspace,
     threaded_handler,
+    workspace_fd,
 )
 
 NEW_FILE_MODE = 0o644
@@ -41,6 +43,10 @@ SEARCH_BYTES_PER_FILE = 1_000_000
 SEARCH_BYTES_TOTAL = 50_000_000
 """Caps on what one search reads, so a search of a huge tree answers instead of stalling."""
 SEARCH_MAX_FILES = 20_000
+SEARCH_TIMEOUT_S = 30.0
+"""Wall-clock bound on one search; past it the tool returns an error, not a partial list."""
+MAX_SEARCH_DEPTH = 64
+"""Deeper directories are skipped: each level holds a descriptor open during the walk."""
 MATCH_LINE_CHARS = 300
 SKIPPED_DIRS = frozenset(
     {
@@ -84,35 +90,33 @@ def _bool_arg(args: dict[str, Any], name: str, default: bool) -> bool:
     return value
 
 
-def _write_atomic(ctx: ToolContext, target: Path, data: bytes) -> None:
-    """Replace `target` with `data` atomically, keeping an existing file's permissions."""
-    root = ctx.workspace.resolve()
+def _write_beneath(ctx: ToolContext, root_fd: int, raw: str, data: bytes) -> str:
+    """Atomically replace the file `raw` names with `data`; returns its canonical path.
+
+    The parent is resolved (and created) through descriptors, and the temp file is renamed
+    relative to the parent's descriptor, so a directory swapped for a symlink mid-call
+    cannot redirect the write. An existing file keeps its permissions.
+    """
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        with walk(ctx.workspace, root_fd, raw, create_parents=True) as w:
+            if w.name is None:
+                raise ToolError(f"{raw} is a directory")
+            try:
+                existing: os.stat_result | None = os.stat(
+                    w.name, dir_fd=w.dir_fd, follow_symlinks=False
+                )
+            except FileNotFoundError:
+                existing = None
+            mode = existing.st_mode if existing is not None else None
+            if mode is not None and stat.S_ISDIR(mode):
+                raise ToolError(f"{raw} is a directory")
+            keep = stat.S_IMODE(mode) if mode is not None and stat.S_ISREG(mode) else None
+            replacing = existing.st_blocks * 512 if existing is not None else 0
+            check_write(ctx.quota, root_fd, adding=len(data), replacing=replacing)
+            write_atomic(w.dir_fd, w.name, data, mode=NEW_FILE_MODE if keep is None else keep)
+            return w.rel
     except (FileExistsError, NotADirectoryError):
-        raise ToolError(f"a parent of {display_path(root, target)} is not a directory") from None
-    # Re-check after mkdir: the resolve happened earlier, and the temp file must not land
-    # outside if a parent was swapped for a symlink in between.
-    if not is_inside(root, target.parent.resolve()):
-        raise ToolError(f"path {display_path(root, target)!r} is outside the workspace")
-    try:
-        mode = stat.S_IMODE(target.stat().st_mode)
-    except FileNotFoundError:
-        mode = NEW_FILE_MODE
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        # os.replace renames over the final component without following it, so even a
-        # symlink planted there after our check is replaced, never written through.
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        raise ToolError(f"a parent of {raw} is not a directory") from None
 
 
 def _write(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -120,15 +124,13 @@ def _write(args: dict[str, Any], ctx: ToolContext) -> str:
     content = args.get("content")
     if not isinstance(content, str):
         raise ToolError("content must be a string")
-    target = resolve_in_workspace(ctx.workspace, raw)
-    if target.is_dir():
-        raise ToolError(f"{raw} is a directory")
     try:
         data = content.encode("utf-8")
     except UnicodeEncodeError:
         raise ToolError("content is not encodable as UTF-8 (lone surrogate?)") from None
-    _write_atomic(ctx, target, data)
-    return f"wrote {len(data)} bytes to {display_path(ctx.workspace, target)}"
+    with workspace_fd(ctx) as root_fd:
+        rel = _write_beneath(ctx, root_fd, raw, data)
+    return f"wrote {len(data)} bytes to {rel}"
 
 
 def _patch(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -140,32 +142,31 @@ def _patch(args: dict[str, Any], ctx: ToolContext) -> str:
         raise ToolError("old_string must not be empty; use write_file to create a file")
     if old == new:
         raise ToolError("old_string and new_string are identical; nothing to change")
-    target = resolve_in_workspace(ctx.workspace, raw)
-    if target.is_dir():
-        raise ToolError(f"{raw} is a directory")
-    if not target.is_file():
-        raise ToolError(f"no such file: {raw}")
-    data = target.read_bytes()
-    try:
-        # Decoded without newline translation, so CRLF files keep their line endings.
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ToolError(f"{raw} is not a UTF-8 text file; patch edits text only") from None
-    count = text.count(old)
-    if count == 0 and "\r\n" in text and "\n" in old and "\r\n" not in old:
-        # Models write \n; a CRLF file never matches that literally. Matching with the
-        # file's own line ending is still an exact match, just in the file's dialect.
-        crlf_old, crlf_new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
-        if text.count(crlf_old):
-            old, new, count = crlf_old, crlf_new, text.count(crlf_old)
-    if count == 0:
-        raise ToolError(f"old_string not found in {raw}")
-    if count > 1 and not replace_all:
-        raise ToolError(f"old_string occurs {count} times in {raw}; add context or set replace_all")
-    updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-    _write_atomic(ctx, target, updated.encode("utf-8"))
+    with workspace_fd(ctx) as root_fd:
+        with os.fdopen(open_regular_file(ctx, root_fd, raw), "rb") as fh:
+            data = fh.read()
+        try:
+            # Decoded without newline translation, so CRLF files keep their line endings.
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ToolError(f"{raw} is not a UTF-8 text file; patch edits text only") from None
+        count = text.count(old)
+        if count == 0 and "\r\n" in text and "\n" in old and "\r\n" not in old:
+            # Models write \n; a CRLF file never matches that literally. Matching with the
+            # file's own line ending is still an exact match, just in the file's dialect.
+            crlf_old, crlf_new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
+            if text.count(crlf_old):
+                old, new, count = crlf_old, crlf_new, text.count(crlf_old)
+        if count == 0:
+            raise ToolError(f"old_string not found in {raw}")
+        if count > 1 and not replace_all:
+            raise ToolError(
+                f"old_string occurs {count} times in {raw}; add context or set replace_all"
+            )
+        updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+        rel = _write_beneath(ctx, root_fd, raw, updated.encode("utf-8"))
     noun = "occurrence" if count == 1 else "occurrences"
-    return f"replaced {count} {noun} in {display_path(ctx.workspace, target)}"
+    return f"replaced {count} {noun} in {rel}"
 
 
 @dataclass
@@ -178,6 +179,18 @@ class _Search:
     files_cut: int = 0
     """Files only partly searched because they exceed SEARCH_BYTES_PER_FILE."""
     truncated: list[str] = field(default_factory=list)
+    deadline: float = float("inf")
+
+    def note(self, message: str) -> None:
+        if message not in self.truncated:
+            self.truncated.append(message)
+
+    def check_deadline(self) -> None:
+        # RE2 bounds each match; this bounds the whole walk (a huge tree on a slow disk).
+        if time.monotonic() > self.deadline:
+            raise ToolError(
+                f"search_files timed out after {SEARCH_TIMEOUT_S:g} s; narrow path, glob or pattern"
+            )
 
     @property
     def full(self) -> bool:
@@ -195,45 +208,112 @@ def _glob_matches(glob: str, rel: str) -> bool:
     )
 
 
-def _candidate_files(root: Path, base: Path, glob: str | None, search: _Search) -> list[Path]:
-    """Regular files under `base` that stay inside `root`, sorted, filtered by `glob`."""
-    if base.is_file():
-        found = [base]
-    else:
-        found = []
-        # followlinks=False: a symlinked directory could loop or lead outside; files that
-        # are symlinks are kept only if they resolve inside (checked below).
-        for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
-            for name in filenames:
-                found.append(Path(dirpath, name))
-            if len(found) > SEARCH_MAX_FILES:
-                search.truncated.append(f"stopped after {SEARCH_MAX_FILES} files")
-                break
-    kept = []
-    for path in found[:SEARCH_MAX_FILES]:
-        rel = display_path(root, path)
-        if glob is not None and not _glob_matches(glob, rel):
-            continue
+def _scan_tree(dir_fd: int, prefix: tuple[str, ...], search: _Search, out: list[_Entry]) -> None:
+    """Collect files under `dir_fd` in path-component order, never following a link.
+
+    Each subdirectory is opened with O_NOFOLLOW relative to its parent's descriptor, so a
+    directory swapped for a symlink mid-walk is skipped, not entered. Symlinked files are
+    collected and resolved later, through the same checks as any path the model names.
+    """
+    if len(prefix) > MAX_SEARCH_DEPTH:
+        search.note(f"directories deeper than {MAX_SEARCH_DEPTH} levels skipped")
+        return
+    with os.scandir(dir_fd) as scan:
+        entries = sorted(scan, key=lambda e: e.name)
+    for entry in entries:
+        if len(out) > SEARCH_MAX_FILES:
+            return
         try:
-            real = path.resolve()
-        except (OSError, RuntimeError):
+            mode = entry.stat(follow_symlinks=False).st_mode
+        except OSError:
+            continue  # vanished mid-walk
+        if stat.S_ISDIR(mode):
+            if entry.name in SKIPPED_DIRS:
+                continue
+            try:
+                sub = os.open(entry.name, DIR_FLAGS, dir_fd=dir_fd)
+            except OSError:
+                continue  # swapped for a link, removed or unreadable: not entered
+            try:
+                _scan_tree(sub, (*prefix, entry.name), search, out)
+            finally:
+                os.close(sub)
+        elif stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+            out.append(_Entry("/".join((*prefix, entry.name)), stat.S_ISLNK(mode)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    rel: str
+    is_link: bool
+
+
+def _open_candidate(ctx: ToolContext, root_fd: int, rel: str) -> int | None:
+    """A descriptor on the regular file at `rel`, or None (outside, gone, not a file)."""
+    try:
+        fd, _ = open_beneath(ctx.workspace, root_fd, rel, directory=False)
+    except (OSError, ToolError):
+        return None
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    os.close(fd)
+    return None
+
+
+def _candidate_files(
+    ctx: ToolContext, root_fd: int, raw_base: object, glob: str | None, search: _Search
+) -> tuple[str, list[str]]:
+    """(canonical base, regular files under it that stay inside), filtered by `glob`."""
+    try:
+        base_fd = open_in_workspace(ctx, root_fd, raw_base, directory=True)
+    except ToolError as exc:
+        if not str(exc).startswith(("not a directory", "no such")):
+            raise
+        fd = _open_candidate(ctx, root_fd, str(raw_base))
+        if fd is None:
+            raise ToolError(f"no such file or directory: {raw_base}") from None
+        os.close(fd)
+        base_rel = _canonical(ctx, root_fd, str(raw_base))
+        return base_rel, [base_rel]
+    entries: list[_Entry] = []
+    try:
+        base_rel = _canonical(ctx, root_fd, str(raw_base if raw_base is not None else "."))
+        _scan_tree(base_fd, () if base_rel == "." else tuple(base_rel.split("/")), search, entries)
+    finally:
+        os.close(base_fd)
+    if len(entries) > SEARCH_MAX_FILES:
+        search.note(f"stopped after {SEARCH_MAX_FILES} files")
+        del entries[SEARCH_MAX_FILES:]
+    kept = []
+    for entry in entries:
+        if glob is not None and not _glob_matches(glob, entry.rel):
             continue
-        if is_inside(root, real) and real.is_file():
-            kept.append(path)
-    # Sorted by path components so output is deterministic whatever order the OS lists in.
-    return sorted(kept, key=lambda p: p.relative_to(root).parts)
+        if entry.is_link:
+            # Kept only if it resolves to a regular file inside; checked again when read.
+            fd = _open_candidate(ctx, root_fd, entry.rel)
+            if fd is None:
+                continue
+            os.close(fd)
+        kept.append(entry.rel)
+    return base_rel, kept
 
 
-def _grep_file(path: Path, rel: str, regex: re.Pattern[str], search: _Search) -> None:
+def _canonical(ctx: ToolContext, root_fd: int, raw: str) -> str:
+    with walk(ctx.workspace, root_fd, raw) as w:
+        return w.rel
+
+
+def _grep_file(fd: int, rel: str, regex: LinearRegex, search: _Search) -> None:
     budget = min(SEARCH_BYTES_PER_FILE, SEARCH_BYTES_TOTAL - search.bytes_read)
     try:
-        with path.open("rb") as fh:
+        with os.fdopen(fd, "rb") as fh:
             if b"\x00" in fh.read(BINARY_SNIFF_BYTES):
                 return
             fh.seek(0)
             consumed = 0
             for n, (line, _cut) in enumerate(iter_lines(fh, cap=budget), start=1):
+                if n % 1024 == 0:
+                    search.check_deadline()
                 consumed = fh.tell()
                 if consumed > budget:
                     search.files_cut += 1
@@ -246,7 +326,7 @@ def _grep_file(path: Path, rel: str, regex: re.Pattern[str], search: _Search) ->
                         break
             search.bytes_read += min(consumed, budget)
     except OSError:
-        return  # unreadable (permissions, vanished mid-walk): skipped like a binary file
+        return  # unreadable (permissions, I/O error): skipped like a binary file
 
 
 def _search(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -256,47 +336,46 @@ def _search(args: dict[str, Any], ctx: ToolContext) -> str:
     max_results = min(int_arg(args, "max_results", DEFAULT_MAX_RESULTS, 1), MAX_RESULTS_CAP)
     if not pattern and not glob:
         raise ToolError("search_files needs a pattern (file contents) or a glob (file names)")
-    raw_base = args.get("path", ".")
-    base = resolve_in_workspace(ctx.workspace, raw_base)
-    if not base.exists():
-        raise ToolError(f"no such file or directory: {raw_base}")
-    root = ctx.workspace.resolve()
-    search = _Search(max_results=max_results)
-    files = _candidate_files(root, base, glob, search)
-
-    if not pattern:
-        # Glob only: list matching names; the model asked where files are, not what's in them.
-        names = [display_path(root, p) for p in files]
-        shown = names[:max_results]
-        if len(names) > max_results:
-            search.truncated.append(f"showing {max_results} of {len(names)} files")
-        if not shown:
-            return f"no files matching {glob!r} under {display_path(root, base)}"
-        return _with_notes("\n".join(shown), search)
-
-    try:
-        regex = re.compile(pattern if use_regex else re.escape(pattern))
-    except re.error as exc:
-        raise ToolError(
-            f"invalid regex {pattern!r}: {exc}; set regex=false for a literal"
-        ) from None
-    for path in files:
-        if search.full:
-            break
-        if search.bytes_read >= SEARCH_BYTES_TOTAL:
-            search.truncated.append(f"stopped after reading {SEARCH_BYTES_TOTAL} bytes")
-            break
-        _grep_file(path, display_path(root, path), regex, search)
+    regex = None
+    if pattern:
+        try:
+            regex = compile_linear(pattern, literal=not use_regex)
+        except RegexError as exc:
+            raise ToolError(
+                f"invalid regex {pattern!r}: {exc}; the search engine runs in linear time "
+                "(RE2), so backreferences and lookaround are not supported; set regex=false "
+                "for a literal"
+            ) from None
+    search = _Search(max_results=max_results, deadline=time.monotonic() + SEARCH_TIMEOUT_S)
+    with workspace_fd(ctx) as root_fd:
+        base, files = _candidate_files(ctx, root_fd, args.get("path", "."), glob, search)
+        if regex is None:
+            # Glob only: list matching names; the model asked where files are, not contents.
+            shown = files[:max_results]
+            if len(files) > max_results:
+                search.note(f"showing {max_results} of {len(files)} files")
+            if not shown:
+                return f"no files matching {glob!r} under {base}"
+            return _with_notes("\n".join(shown), search)
+        for rel in files:
+            if search.full:
+                break
+            if search.bytes_read >= SEARCH_BYTES_TOTAL:
+                search.note(f"stopped after reading {SEARCH_BYTES_TOTAL} bytes")
+                break
+            search.check_deadline()
+            fd = _open_candidate(ctx, root_fd, rel)
+            if fd is not None:
+                _grep_file(fd, rel, regex, search)
     if search.full:
         del search.lines[max_results:]
         search.truncated.insert(0, f"showing the first {max_results} matches")
     if search.files_cut:
-        search.truncated.append(
+        search.note(
             f"{search.files_cut} file(s) searched only in their first {SEARCH_BYTES_PER_FILE} bytes"
         )
     if not search.lines:
-        where = display_path(root, base)
-        return _with_notes(f"no matches for {pattern!r} under {where}", search)
+        return _with_notes(f"no matches for {pattern!r} under {base}", search)
     return _with_notes("\n".join(search.lines), search)
 
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from app.db.store import Store
 from app.providers.base import ToolCall, ToolSpec
 from app.tools.repair import coerce_arguments, resolve_tool_name
+from app.tools.tool_quota import ToolQuota
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class ToolContext:
     terminal_timeout_s: float = 120.0
     fetch_allow_hosts: tuple[str, ...] = ()
     """Hosts or CIDRs web_fetch may reach even though they are private or loopback."""
+    quota: ToolQuota = field(default_factory=ToolQuota)
+    """Workspace bytes, disk reserve and per-call limits (app/tools/quota.py)."""
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
@@ -156,6 +159,15 @@ class ToolRegistry:
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
+
+    def restricted_to(self, names: Iterable[str]) -> ToolRegistry:
+        """A view holding only `names`: a session's snapshot is what it may run, not only
+        what it is shown. Resolving against the whole registry let a model that named a
+        tool outside its toolsets run it anyway. Availability is shared with this one."""
+        allowed = set(names)
+        view = ToolRegistry(tool for name, tool in self._tools.items() if name in allowed)
+        view.availability = self.availability
+        return view
 
     def names(self, toolsets: Iterable[str] | None = None) -> list[str]:
         wanted = set(toolsets) if toolsets is not None else None

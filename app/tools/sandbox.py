@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
 import os
 import platform
+import shlex
 import shutil
 import signal
 import struct
@@ -46,6 +48,17 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from app.security.egress import (
+    BRIDGE_SOURCE,
+    PROXY_PORT,
+    SOCKET_DIR_IN_SANDBOX,
+    SOCKET_NAME,
+    EgressProxy,
+    bridge_python,
+    proxy_env,
+)
+from app.tools.memory_cgroup import MemoryCgroup
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +78,8 @@ the spill layer relocates a large result to a file without losing any of it, so 
 here at the spill size would throw away exactly what spilling exists to keep. This cap only
 bounds memory against a command that prints forever."""
 TMP_SIZE_BYTES = 512 * 1024 * 1024
+CPU_GRACE_S = 5
+"""Extra CPU seconds between RLIMIT_CPU's soft limit (SIGXCPU) and its hard one (SIGKILL)."""
 KILL_GRACE_S = 2.0
 """After the command ends, how long to wait for its output pipe to close."""
 PROBE_RETRY_S = 60.0
@@ -108,6 +123,11 @@ _PROC_COVER = ("sys", "sysrq-trigger", "irq", "bus", "acpi", "fs", "scsi")
 owned by uid 0, which a sandbox run by root passes (see the module docstring)."""
 
 
+_PROC_MASK = ("keys", "key-users")
+"""Emptied in the sandbox: they list the host keyring's entries (names, owners, quotas).
+The keyring syscalls themselves are refused by the seccomp filter."""
+
+
 class SandboxError(Exception):
     """The sandbox could not be set up (bwrap missing or failing); the command did not run."""
 
@@ -120,6 +140,63 @@ class CommandResult:
     """The command's exit status; negative is a signal (local backend); None on timeout."""
     timed_out: bool
     dropped_bytes: int = 0
+    limit_hit: str | None = None
+    """Which per-call limit ended the command ("memory"), when we can tell."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceLimits:
+    """Per-call limits beyond the process count: memory, CPU seconds, largest file."""
+
+    memory_bytes: int
+    cpu_seconds: int
+    file_size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxProfile:
+    """Which isolation steps bwrap performs itself.
+
+    Everywhere but inside a container all of them (FULL). A container's default seccomp
+    profile refuses sethostname and its masked /proc refuses a fresh proc mount, yet the
+    container already gives the command its own hostname and hides the host's processes;
+    so inside one, and only there, a step the container refuses may be dropped
+    (`CONTAINER_FALLBACKS`), each named in the startup log with the option that restores it.
+    """
+
+    hostname: bool = True
+    """A new UTS namespace with its own hostname (`--hostname`)."""
+    fresh_proc: bool = True
+    """A /proc for the sandbox's PID namespace; without it the sandbox has no /proc at all,
+    never the container's (which would show the server's processes and environment)."""
+    disable_userns: bool = True
+    """bwrap's `--disable-userns`; when it cannot run (it writes /proc/sys, read-only in a
+    container), the seccomp filter refuses new user namespaces instead."""
+
+    def missing(self) -> list[str]:
+        """What this profile gives up, and which container option restores it."""
+        lost = []
+        if not self.hostname:
+            lost.append(
+                "sandbox keeps the container's hostname (sethostname is refused by the "
+                "container's seccomp profile; `--security-opt seccomp=unconfined` restores it)"
+            )
+        if not self.fresh_proc:
+            lost.append(
+                "no /proc inside the sandbox, so ps and /proc/self do not work (the "
+                "container masks /proc; podman `--security-opt unmask=ALL` or docker "
+                "`--security-opt systempaths=unconfined` restores it)"
+            )
+        return lost
+
+
+FULL_PROFILE = SandboxProfile()
+CONTAINER_FALLBACKS = (
+    SandboxProfile(hostname=False),
+    SandboxProfile(hostname=False, disable_userns=False),
+    SandboxProfile(hostname=False, fresh_proc=False, disable_userns=False),
+)
+"""Tried in order after FULL_PROFILE fails inside a container; the first that starts wins."""
 
 
 # -- the bwrap command line ------------------------------------------------------------------
@@ -184,20 +261,26 @@ def bwrap_argv(
     network: bool,
     data_fds: Mapping[str, int],
     seccomp_fd: int | None = None,
+    profile: SandboxProfile = FULL_PROFILE,
+    egress_dir: Path | None = None,
 ) -> list[str]:
     """The bwrap command line running `command` with `workspace` at /workspace.
 
     `data_fds` maps a sandbox path to a readable fd whose contents become that (read-only)
-    file, `seccomp_fd` carries a compiled filter; the caller must pass them to the child.
+    file, `seccomp_fd` carries a compiled filter (built for the same `profile`); the caller
+    must pass them to the child.
     """
     options = _bwrap_options(bwrap)
     # --unshare-user explicitly, not the "-try" that --unshare-all implies: without a user
     # namespace a root caller's sandbox would run as real root with all its capabilities,
     # so fail instead.
     argv = [bwrap, "--unshare-all", "--unshare-user"]
-    if network:
-        argv.append("--share-net")
-    if "--disable-userns" in options:
+    # With network the sandbox still keeps its own (empty) network namespace: its only way
+    # out is the egress proxy's socket in `egress_dir` (app/security/egress.py). Sharing
+    # the host's namespace would hand it the host's loopback and LAN unguarded.
+    if network and egress_dir is None:
+        raise SandboxError("network access needs the egress proxy; refusing a shared network")
+    if profile.disable_userns and "--disable-userns" in options:
         # A nested user namespace grants capabilities again (inside it): kernel attack
         # surface the command has no use for.
         argv.append("--disable-userns")
@@ -206,7 +289,9 @@ def bwrap_argv(
         # can come back even through a path that escaped nosuid.
         argv += ["--cap-drop", "ALL"]
     argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
-    argv += ["--hostname", SANDBOX_HOSTNAME, "--die-with-parent", "--new-session"]
+    if profile.hostname:
+        argv += ["--hostname", SANDBOX_HOSTNAME]
+    argv += ["--die-with-parent", "--new-session"]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
 
@@ -229,20 +314,30 @@ def bwrap_argv(
         argv += ["--ro-bind-data", str(fd), dest]
     argv += ["--symlink", "../proc/self/mounts", "/etc/mtab"]
 
-    argv += ["--proc", "/proc"]
-    for name in _PROC_COVER:
-        # The source is the host's /proc: same kernel, so the same entries, and reads
-        # through it resolve per-namespace files against the reader, i.e. the sandbox.
-        argv += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
+    if profile.fresh_proc:
+        argv += ["--proc", "/proc"]
+        for name in _PROC_COVER:
+            # The source is the host's /proc: same kernel, so the same entries, and reads
+            # through it resolve per-namespace files against the reader, i.e. the sandbox.
+            argv += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
+        for name in _PROC_MASK:
+            argv += ["--ro-bind-try", "/dev/null", f"/proc/{name}"]
+    else:
+        # An empty directory, not a bind of the container's /proc: that one would show the
+        # server's processes, and /proc/<pid>/environ of a same-uid process is readable.
+        argv += ["--dir", "/proc"]
     argv += ["--dev", "/dev"]
     if "--size" in options:
         argv += ["--size", str(TMP_SIZE_BYTES)]
     argv += ["--tmpfs", "/tmp"]
     argv += ["--bind", str(workspace), SANDBOX_WORKSPACE]
+    if network and egress_dir is not None:
+        argv += ["--ro-bind", str(egress_dir), SOCKET_DIR_IN_SANDBOX]
     # The root is a tmpfs bwrap built; left writable, `echo x > /etc/evil` would "succeed"
     # (harmlessly, but it reads like an escape and lets a command fake system files).
     argv += ["--remount-ro", "/", "--chdir", SANDBOX_WORKSPACE, "--clearenv"]
-    for key, value in sandbox_env().items():
+    env = {**sandbox_env(), **(proxy_env() if network else {})}
+    for key, value in env.items():
         argv += ["--setenv", key, value]
     return [*argv, "--", *command]
 
@@ -275,10 +370,12 @@ _SECCOMP_KEY = "\x00seccomp"
 
 
 @contextlib.contextmanager
-def _sandbox_inputs() -> Iterator[tuple[dict[str, int], int | None]]:
+def _sandbox_inputs(
+    profile: SandboxProfile = FULL_PROFILE,
+) -> Iterator[tuple[dict[str, int], int | None]]:
     """(fds for the synthesised /etc files, fd of the seccomp filter or None)."""
     blobs = synthetic_etc()
-    program = seccomp_program()
+    program = seccomp_program(block_userns=not profile.disable_userns)
     if program is not None:
         blobs[_SECCOMP_KEY] = program
     with _data_pipes(blobs) as fds:
@@ -294,7 +391,9 @@ def _sandbox_inputs() -> Iterator[tuple[dict[str, int], int | None]]:
 # any local user who can reach the data directory. Ownership is all chmod checks, so only a
 # syscall filter stops it: the mode-taking calls fail with EPERM when the mode carries
 # S_ISUID or S_ISGID. openat2 and io_uring are refused with ENOSYS because their modes sit
-# where a filter cannot read them (libc falls back to openat).
+# where a filter cannot read them (libc falls back to openat). The keyring calls (add_key,
+# request_key, keyctl) are refused too: the sandbox shares the host's kernel keyrings, so a
+# command could otherwise read or join the caller's session keyring.
 
 _S_ISUID_ISGID = 0o6000
 _EPERM, _ENOSYS = 1, 38
@@ -303,32 +402,51 @@ _RET_ERRNO = 0x00050000
 _LD_ABS_W, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _X32_BIT = 0x40000000
 
-_SECCOMP_ARCHES: dict[str, tuple[int, dict[int, int], tuple[int, ...]]] = {
-    # machine: (AUDIT_ARCH_*, {syscall: index of its mode argument}, refused syscalls)
+_CLONE_NEWUSER = 0x10000000
+
+_SECCOMP_ARCHES: dict[str, tuple[int, dict[int, int], tuple[int, ...], dict[int, int]]] = {
+    # machine: (AUDIT_ARCH_*, {syscall: index of its mode argument}, refused syscalls,
+    #           {syscall: index of its clone-flags argument} for the user-namespace block)
     "x86_64": (
         0xC000003E,
         # open, creat, chmod, fchmod, mknod, openat, mknodat, fchmodat, fchmodat2
         {2: 2, 85: 1, 90: 1, 91: 1, 133: 1, 257: 3, 259: 2, 268: 2, 452: 2},
-        (425, 426, 427, 437),  # io_uring_setup, _enter, _register; openat2
+        # io_uring_setup, _enter, _register; openat2; add_key, request_key, keyctl
+        (425, 426, 427, 437, 248, 249, 250),
+        {56: 0, 272: 0},  # clone, unshare
     ),
     "aarch64": (
         0xC00000B7,
         {56: 3, 33: 2, 52: 1, 53: 2, 452: 2},  # openat, mknodat, fchmod, fchmodat, fchmodat2
-        (425, 426, 427, 437),
+        (425, 426, 427, 437, 217, 218, 219),
+        {220: 0, 97: 0},  # clone, unshare
     ),
 }
+_CLONE3 = 435
+"""Same number on both: its flags sit in a struct a filter cannot read, so it is refused
+with ENOSYS when user namespaces are blocked (libc then falls back to clone)."""
 _MACHINE_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 
 
 @functools.cache
-def seccomp_program() -> bytes | None:
-    """The compiled classic-BPF filter for this machine, or None where we have no table."""
+def seccomp_program(*, block_userns: bool = False) -> bytes | None:
+    """The compiled classic-BPF filter for this machine, or None where we have no table.
+
+    `block_userns` also refuses new user namespaces (EPERM), for a profile that cannot use
+    bwrap's `--disable-userns`: a nested user namespace hands the command every capability
+    inside it, kernel attack surface it has no use for.
+    """
     machine = platform.machine().lower()
     spec = _SECCOMP_ARCHES.get(_MACHINE_ALIASES.get(machine, machine))
     if spec is None:
         log.warning("no seccomp table for %s: sandboxed commands can create setuid files", machine)
         return None
-    audit_arch, mode_arg, refused = spec
+    audit_arch, mode_arg, refused, clone_arg = spec
+    # syscall -> (argument index, forbidden bits)
+    checks = {nr: (index, _S_ISUID_ISGID) for nr, index in mode_arg.items()}
+    if block_userns:
+        refused = (*refused, _CLONE3)
+        checks.update({nr: (index, _CLONE_NEWUSER) for nr, index in clone_arg.items()})
     # (code, jump-if-true, jump-if-false, k); jumps are label names or 0 (fall through).
     insns: list[tuple[int, str | int, str | int, int]] = [
         (_LD_ABS_W, 0, 0, 4),  # seccomp_data.arch
@@ -339,14 +457,15 @@ def seccomp_program() -> bytes | None:
     if audit_arch == 0xC000003E:
         insns.append((_JGE, "enosys", 0, _X32_BIT))  # the x32 ABI, same arch tag
     insns += [(_JEQ, "enosys", 0, nr) for nr in refused]
-    insns += [(_JEQ, f"arg{index}", 0, nr) for nr, index in mode_arg.items()]
+    insns += [(_JEQ, f"arg{index}:{bits}", 0, nr) for nr, (index, bits) in checks.items()]
     insns.append((_RET, 0, 0, _RET_ALLOW))
     labels: dict[str, int] = {}
-    for index in sorted(set(mode_arg.values())):
-        labels[f"arg{index}"] = len(insns)
-        # Low 32 bits of args[index] (little-endian): mode_t is 32 bits.
+    for index, bits in sorted(set(checks.values())):
+        labels[f"arg{index}:{bits}"] = len(insns)
+        # Low 32 bits of args[index] (little-endian): mode_t is 32 bits, and so are the
+        # clone flags that matter here.
         insns.append((_LD_ABS_W, 0, 0, 16 + 8 * index))
-        insns.append((_JSET, "eperm", 0, _S_ISUID_ISGID))
+        insns.append((_JSET, "eperm", 0, bits))
         insns.append((_RET, 0, 0, _RET_ALLOW))
     labels["eperm"] = len(insns)
     insns.append((_RET, 0, 0, _RET_ERRNO | _EPERM))
@@ -371,42 +490,98 @@ def _fd_list(fds: Mapping[str, int], seccomp: int | None) -> tuple[int, ...]:
 
 @dataclass
 class _ProbeState:
-    ok: bool = False
+    profile: SandboxProfile | None = None
+    reason: str = "not probed yet"
     at: float = float("-inf")
 
 
 _probe = _ProbeState()
 
 
+@dataclass(frozen=True, slots=True)
+class SandboxStatus:
+    """What the last probe found: the profile in use (None: the terminal is off) and why."""
+
+    profile: SandboxProfile | None
+    reason: str
+    """Why the terminal is off, or "" when it is on."""
+
+    @property
+    def missing(self) -> list[str]:
+        return self.profile.missing() if self.profile is not None else []
+
+
 def bwrap_available() -> bool:
-    """bwrap is installed and a trivial sandbox starts.
+    """bwrap is installed and a sandbox starts.
 
     Presence alone is not enough: Ubuntu 24.04's AppArmor, a container without user
     namespaces or a too-old bwrap all leave the binary in place and fail every call. A
     success is cached for good; a failure is re-probed after a minute, so installing bwrap
     under a running server is picked up.
     """
+    return sandbox_status().profile is not None
+
+
+def sandbox_status() -> SandboxStatus:
+    """Probe (at most once a minute until one succeeds) and report the sandbox in use."""
     now = time.monotonic()
-    if _probe.ok or now - _probe.at < PROBE_RETRY_S:
-        return _probe.ok
-    _probe.ok, _probe.at = _probe_bwrap(), now
-    return _probe.ok
+    if _probe.profile is None and now - _probe.at >= PROBE_RETRY_S:
+        _probe.profile, _probe.reason = _choose_profile()
+        _probe.at = now
+    return SandboxStatus(_probe.profile, "" if _probe.profile else _probe.reason)
 
 
-def _find_bwrap() -> str | None:
-    # The server's PATH first (an operator may ship a newer bwrap), then the system dirs,
-    # which a minimal service PATH can lack.
-    return shutil.which("bwrap") or shutil.which("bwrap", path=SANDBOX_PATH)
+def in_container() -> bool:
+    """Running inside a podman or Docker container: the marker file each engine creates, or
+    podman's `container` variable (its marker file is hidden under `--read-only`'s /run).
+
+    The marker decides whether a weaker profile may be tried: on a bare host a failing
+    sethostname or proc mount is a broken setup to fix, not something already isolated.
+    """
+    if Path("/run/.containerenv").exists() or Path("/.dockerenv").exists():
+        return True
+    return bool(os.environ.get("container"))  # noqa: SIM112  (lower case is the convention)
 
 
-def _probe_bwrap() -> bool:
+def _choose_profile() -> tuple[SandboxProfile | None, str]:
     bwrap = _find_bwrap()
     if bwrap is None:
-        log.warning("bwrap (bubblewrap) is not installed: the sandboxed terminal is off")
-        return False
-    with tempfile.TemporaryDirectory() as ws, _sandbox_inputs() as (fds, seccomp):
+        reason = "bwrap (bubblewrap) is not installed"
+        log.warning("%s: the sandboxed terminal is off", reason)
+        return None, reason
+    first_error = _try_profile(bwrap, FULL_PROFILE)
+    if first_error is None:
+        return FULL_PROFILE, ""
+    if in_container():
+        for profile in CONTAINER_FALLBACKS:
+            if _try_profile(bwrap, profile) is None:
+                log.warning(
+                    "terminal sandbox: the full profile failed in this container (%s); using "
+                    "a reduced one: %s",
+                    first_error,
+                    "; ".join(profile.missing()),
+                )
+                return profile, ""
+        first_error += (
+            "; inside a container bwrap needs user namespaces and mount(2): run with "
+            "`--security-opt seccomp=unconfined` (Docker also `--security-opt "
+            "apparmor=unconfined` on AppArmor hosts); podman's defaults suffice"
+        )
+    log.warning("bwrap cannot start a sandbox, the terminal tool is off: %s", first_error)
+    return None, first_error
+
+
+def _try_profile(bwrap: str, profile: SandboxProfile) -> str | None:
+    """Run `true` in a sandbox built with `profile`: None on success, else what failed."""
+    with tempfile.TemporaryDirectory() as ws, _sandbox_inputs(profile) as (fds, seccomp):
         argv = bwrap_argv(
-            bwrap, Path(ws), ["true"], network=False, data_fds=fds, seccomp_fd=seccomp
+            bwrap,
+            Path(ws),
+            ["true"],
+            network=False,
+            data_fds=fds,
+            seccomp_fd=seccomp,
+            profile=profile,
         )
         try:
             proc = subprocess.run(
@@ -418,13 +593,17 @@ def _probe_bwrap() -> bool:
                 pass_fds=_fd_list(fds, seccomp),
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            log.warning("bwrap probe failed to run: %s", exc)
-            return False
+            return f"bwrap failed to run: {exc}"
     if proc.returncode != 0:
-        detail = proc.stderr.decode(errors="replace").strip()
-        log.warning("bwrap probe failed (exit %s): %s", proc.returncode, detail)
-        return False
-    return True
+        detail = proc.stderr.decode(errors="replace").strip() or "no message"
+        return f"bwrap exited {proc.returncode}: {detail}"
+    return None
+
+
+def _find_bwrap() -> str | None:
+    # The server's PATH first (an operator may ship a newer bwrap), then the system dirs,
+    # which a minimal service PATH can lack.
+    return shutil.which("bwrap") or shutil.which("bwrap", path=SANDBOX_PATH)
 
 
 # -- process limit ---------------------------------------------------------------------------
@@ -737,53 +916,141 @@ async def run_sandboxed(
     network: bool = False,
     max_output_bytes: int = MAX_OUTPUT_BYTES,
     max_processes: int = MAX_PROCESSES,
+    limits: ResourceLimits | None = None,
+    egress_allow: Sequence[str] = (),
+    profile: SandboxProfile | None = None,
 ) -> CommandResult:
-    """Run `command` with the shell under bwrap, `workspace` at /workspace."""
+    """Run `command` with the shell under bwrap, `workspace` at /workspace.
+
+    With `network`, outbound traffic goes only through an egress proxy applying the SSRF
+    rules with `egress_allow` as the allow-list (see app/security/egress.py). `profile`
+    None uses the one the probe chose (`sandbox_status`).
+    """
+    if not network:
+        return await _run_sandboxed(
+            command,
+            workspace,
+            timeout_s=timeout_s,
+            max_output_bytes=max_output_bytes,
+            max_processes=max_processes,
+            limits=limits,
+            egress=None,
+            profile=profile,
+        )
+    python = bridge_python()
+    if python is None:
+        raise SandboxError(
+            "network access from the sandbox needs python3 on the host (for the egress bridge)"
+        )
+    async with EgressProxy(egress_allow) as proxy:
+        sock = f"{SOCKET_DIR_IN_SANDBOX}/{SOCKET_NAME}"
+        # The bridge binds its port and forks, so the command starts with it listening.
+        wrapped = (
+            f"{shlex.quote(python)} -c {shlex.quote(BRIDGE_SOURCE)} {PROXY_PORT} "
+            f"{shlex.quote(sock)} || {{ echo 'courier: egress bridge failed' >&2; exit 126; }}\n"
+            f"exec {shlex.quote(shell())} -c {shlex.quote(command)}"
+        )
+        return await _run_sandboxed(
+            wrapped,
+            workspace,
+            timeout_s=timeout_s,
+            max_output_bytes=max_output_bytes,
+            max_processes=max_processes,
+            limits=limits,
+            egress=proxy.directory,
+            profile=profile,
+        )
+
+
+async def _run_sandboxed(
+    command: str,
+    workspace: Path,
+    *,
+    timeout_s: float,
+    max_output_bytes: int,
+    max_processes: int,
+    limits: ResourceLimits | None,
+    egress: Path | None,
+    profile: SandboxProfile | None,
+) -> CommandResult:
     bwrap = _find_bwrap()
     if bwrap is None:
         raise SandboxError("bwrap (bubblewrap) is not installed")
+    if profile is None:
+        status = await asyncio.to_thread(sandbox_status)
+        if status.profile is None:
+            raise SandboxError(f"the command sandbox cannot start: {status.reason}")
+        profile = status.profile
     root = workspace.resolve()
     root.mkdir(parents=True, exist_ok=True)
     await asyncio.to_thread(_bwrap_options, bwrap)  # cached `bwrap --help`, off the loop
     rlimit = await asyncio.to_thread(_nproc_rlimit, max_processes)
     cgroup = await asyncio.to_thread(_PidsCgroup.create, max_processes)
+    memory = (
+        await asyncio.to_thread(MemoryCgroup.create, limits.memory_bytes)
+        if limits is not None
+        else None
+    )
     try:
         prefix: list[str] = []
-        if cgroup is not None:
-            # Join the cgroup before bwrap forks anything: moving bwrap in afterwards would
-            # leave its already-forked children outside the limit.
-            script = 'echo $$ > "$1" && shift && exec "$@"'
-            prefix += ["/bin/sh", "-c", script, "courier-sandbox", str(cgroup.procs)]
+        joins = [str(c.procs) for c in (cgroup, memory) if c is not None]
+        if joins:
+            # Join the cgroups before bwrap forks anything: moving bwrap in afterwards would
+            # leave its already-forked children outside the limits.
+            script = (
+                'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+            )
+            prefix += ["/bin/sh", "-c", script, "courier-sandbox", *joins, "--"]
         prlimit = shutil.which("prlimit", path=SANDBOX_PATH)
         if prlimit is not None:
             # Set before bwrap starts, so a command cannot raise it back (that would need
             # CAP_SYS_RESOURCE on the host). No core dumps: they would land in the
             # workspace, or go to the host's crash handler running as root.
-            prefix += [prlimit, f"--nproc={rlimit}:{rlimit}", "--core=0:0", "--"]
+            prefix += [prlimit, f"--nproc={rlimit}:{rlimit}", "--core=0:0"]
+            if limits is not None:
+                prefix += [
+                    # SIGXCPU at the soft limit (the shell names it), SIGKILL a little
+                    # later for a process that ignores it.
+                    f"--cpu={limits.cpu_seconds}:{limits.cpu_seconds + CPU_GRACE_S}",
+                    f"--fsize={limits.file_size_bytes}:{limits.file_size_bytes}",
+                ]
+                if memory is None:
+                    # No memory cgroup here: cap each process's address space instead.
+                    prefix += [f"--as={limits.memory_bytes}:{limits.memory_bytes}"]
+            prefix.append("--")
+        elif limits is not None:
+            _warn_once("prlimit missing: no CPU, file-size or address-space limit per command")
         elif cgroup is None:
             _warn_once("neither prlimit nor a pids cgroup: sandbox process count unlimited")
         if cgroup is None and os.geteuid() == 0:
             _warn_once("running as root without a pids cgroup: no sandbox process limit")
-        with _sandbox_inputs() as (fds, seccomp):
+        with _sandbox_inputs(profile) as (fds, seccomp):
             argv = bwrap_argv(
                 bwrap,
                 root,
                 [shell(), "-c", command],
-                network=network,
+                network=egress is not None,
                 data_fds=fds,
                 seccomp_fd=seccomp,
+                profile=profile,
+                egress_dir=egress,
             )
-            return await _execute(
+            result = await _execute(
                 [*prefix, *argv],
                 timeout_s=timeout_s,
                 max_output_bytes=max_output_bytes,
                 env=_HOST_ENV,
                 pass_fds=_fd_list(fds, seccomp),
             )
+        if memory is not None and await asyncio.to_thread(memory.oom_killed):
+            return dataclasses.replace(result, limit_hit="memory")
+        return result
     finally:
         if cgroup is not None:
             # Shielded: a cancelled turn must still reap the cgroup, or it leaks.
             await asyncio.shield(asyncio.to_thread(cgroup.destroy))
+        if memory is not None:
+            await asyncio.shield(asyncio.to_thread(memory.destroy))
 
 
 async def run_local(

@@ -7,12 +7,17 @@ missing or broken sandbox is a tool error, never a silent fall back to the host.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import os
 from typing import Any
 
+from app.tools.beneath import open_root
+from app.tools.quota import free_bytes, over_quota_note, usage_bytes
 from app.tools.registry import PathClaim, Tool, ToolContext, ToolError
 from app.tools.sandbox import (
     CommandResult,
+    ResourceLimits,
     SandboxError,
     bwrap_available,
     run_local,
@@ -21,6 +26,24 @@ from app.tools.sandbox import (
 from app.tools.workspace import int_arg
 
 MAX_COMMAND_CHARS = 100_000
+QUOTA_POLL_S = 0.5
+"""How often the workspace size is sampled during a call; the overshoot past the quota is
+at most what the command writes in this time (and each file is capped by RLIMIT_FSIZE)."""
+LIMIT_MESSAGES = {
+    "memory": "the command exceeded its memory limit and was stopped; use less memory "
+    "(stream data instead of loading it whole) or ask the operator to raise tool_memory_bytes",
+    "workspace_quota": "the workspace went over its byte quota while the command ran; "
+    "delete files you no longer need",
+    "disk_reserve": "the server's disk fell under its free-space reserve while the command "
+    "ran; delete files or tell the operator",
+}
+_SIGNAL_LIMITS = {
+    # The shell reports a signalled child as 128 + signal; the local backend as -signal.
+    128 + 24: "killed: CPU time limit reached (tool_cpu_s)",
+    -24: "killed: CPU time limit reached (tool_cpu_s)",
+    128 + 25: "killed: file size limit reached (tool_file_size_bytes or the workspace quota)",
+    -25: "killed: file size limit reached (tool_file_size_bytes or the workspace quota)",
+}
 
 
 def _command(args: dict[str, Any]) -> str:
@@ -46,7 +69,11 @@ def _timeout(args: dict[str, Any], ctx: ToolContext) -> float:
 
 def render(result: CommandResult, timeout_s: float) -> str:
     """Exit status first, so the model reads the outcome before the noise."""
-    if result.timed_out:
+    if result.limit_hit is not None:
+        head = f"killed: {LIMIT_MESSAGES.get(result.limit_hit, result.limit_hit)}"
+    elif result.exit_code in _SIGNAL_LIMITS:
+        head = f"exit code: {result.exit_code} ({_SIGNAL_LIMITS[result.exit_code]})"
+    elif result.timed_out:
         head = f"timed out after {timeout_s:g} s; the command and everything it started were killed"
     elif result.exit_code is not None and result.exit_code < 0:
         head = f"exit code: {result.exit_code} (killed by signal {-result.exit_code})"
@@ -68,12 +95,81 @@ async def terminal(args: dict[str, Any], ctx: ToolContext) -> str:
                     "the command sandbox (bubblewrap) is not working on this server, "
                     "so commands cannot run; the file tools still work"
                 )
-            result = await run_sandboxed(
-                command, ctx.workspace, timeout_s=timeout_s, network=ctx.network
-            )
+            result = await guarded_run(ctx, command, timeout_s)
     except SandboxError as exc:
         raise ToolError(str(exc)) from exc
-    return render(result, timeout_s)
+    text = render(result, timeout_s)
+    note = await asyncio.to_thread(_quota_note, ctx)
+    return f"{text}\n{note}" if note else text
+
+
+def _quota_note(ctx: ToolContext) -> str | None:
+    fd = open_root(ctx.workspace)
+    try:
+        return over_quota_note(ctx.quota, fd)
+    finally:
+        os.close(fd)
+
+
+def _usage(ctx: ToolContext) -> tuple[int, int]:
+    """(bytes the workspace holds, bytes free on its filesystem)."""
+    fd = open_root(ctx.workspace)
+    try:
+        return usage_bytes(fd), free_bytes(fd)
+    finally:
+        os.close(fd)
+
+
+async def guarded_run(ctx: ToolContext, command: str, timeout_s: float) -> CommandResult:
+    """The sandboxed command under the per-call limits, stopped if the workspace outgrows
+    its quota, or the disk's free space falls under the reserve, while it runs."""
+    quota = ctx.quota
+    used, free = await asyncio.to_thread(_usage, ctx)
+    # Already over (an earlier call): the command may still run to delete files, but the
+    # workspace must not grow any further.
+    ceiling = max(quota.workspace_bytes, used)
+    room = min(quota.workspace_bytes - used, free - quota.disk_reserve_bytes)
+    limits = ResourceLimits(
+        memory_bytes=quota.memory_bytes,
+        cpu_seconds=quota.cpu_seconds,
+        # No single file may be bigger than the room left (at least a page, so the
+        # command can still write a small file and delete big ones).
+        file_size_bytes=max(4096, min(quota.file_size_bytes, room)),
+    )
+    run = asyncio.create_task(
+        run_sandboxed(
+            command,
+            ctx.workspace,
+            timeout_s=timeout_s,
+            network=ctx.network,
+            limits=limits,
+            egress_allow=ctx.fetch_allow_hosts,
+        )
+    )
+
+    async def watch() -> str:
+        while True:
+            now_used, now_free = await asyncio.to_thread(_usage, ctx)
+            if now_used > ceiling:
+                return "workspace_quota"
+            if now_free < quota.disk_reserve_bytes and now_used > used:
+                return "disk_reserve"
+            await asyncio.sleep(QUOTA_POLL_S)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await asyncio.wait({run, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not run.done():
+            run.cancel()  # kills the command's processes (see sandbox._execute)
+            # Awaited even when we are being cancelled: the kill must finish before we go.
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
+    if run.cancelled():
+        reason = watcher.result() if watcher.done() and not watcher.cancelled() else "quota"
+        return CommandResult(output="", exit_code=None, timed_out=False, limit_hit=reason)
+    return run.result()
 
 
 def terminal_scope(args: dict[str, Any], ctx: ToolContext) -> list[PathClaim] | None:

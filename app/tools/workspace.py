@@ -8,10 +8,14 @@ claims can never disagree about it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from app.tools.beneath import open_beneath, open_root
 from app.tools.registry import (
     Access,
     PathClaim,
@@ -120,46 +124,85 @@ def iter_lines(fh: IO[bytes], *, cap: int = LINE_BYTES_CAP) -> Iterator[tuple[st
         yield text.removesuffix("\r"), cut
 
 
+@contextlib.contextmanager
+def workspace_fd(ctx: ToolContext) -> Iterator[int]:
+    """A descriptor on the session's workspace: every file tool works relative to it."""
+    fd = open_root(ctx.workspace)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def open_in_workspace(ctx: ToolContext, root_fd: int, raw: object, *, directory: bool) -> int:
+    """Open `raw` beneath the workspace (see app/tools/beneath.py); errors the model reads."""
+    if raw is None:
+        raw = "."
+    if not isinstance(raw, str):
+        raise ToolError("path must be a string")
+    try:
+        fd, _rel = open_beneath(ctx.workspace, root_fd, raw, directory=directory)
+    except FileNotFoundError:
+        kind = "directory" if directory else "file"
+        raise ToolError(f"no such {kind}: {raw}") from None
+    except NotADirectoryError:
+        raise ToolError(f"not a directory: {raw}") from None
+    return fd
+
+
 def _list(args: dict[str, Any], ctx: ToolContext) -> str:
-    target = resolve_in_workspace(ctx.workspace, args.get("path", "."))
-    if not target.exists():
-        raise ToolError(f"no such directory: {args.get('path', '.')}")
-    if not target.is_dir():
-        raise ToolError(f"not a directory: {args.get('path', '.')}")
-    entries = sorted(target.iterdir(), key=lambda p: p.name)
-    lines = []
-    for entry in entries[:MAX_LIST_ENTRIES]:
-        # Never follow a link here: a dangling one would fail the whole listing, and one
-        # pointing outside would leak facts (its size) about files beyond the workspace.
-        if entry.is_symlink():
-            lines.append(f"{entry.name}@\t(symbolic link)")
-        elif entry.is_dir():
-            lines.append(f"{entry.name}/")
-        else:
-            lines.append(f"{entry.name}\t{entry.lstat().st_size} bytes")
+    raw = args.get("path", ".")
+    with workspace_fd(ctx) as root_fd:
+        fd = open_in_workspace(ctx, root_fd, raw, directory=True)
+        try:
+            with os.scandir(fd) as scan:
+                entries = sorted(scan, key=lambda e: e.name)
+            lines = []
+            for entry in entries[:MAX_LIST_ENTRIES]:
+                # Never follow a link here: a dangling one would fail the whole listing, and
+                # one pointing outside would leak facts (its size) about files beyond it.
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # removed while we listed
+                if stat.S_ISLNK(st.st_mode):
+                    lines.append(f"{entry.name}@\t(symbolic link)")
+                elif stat.S_ISDIR(st.st_mode):
+                    lines.append(f"{entry.name}/")
+                else:
+                    lines.append(f"{entry.name}\t{st.st_size} bytes")
+        finally:
+            os.close(fd)
     if len(entries) > MAX_LIST_ENTRIES:
         lines.append(f"... {len(entries) - MAX_LIST_ENTRIES} more entries not shown")
     return "\n".join(lines) if lines else "(empty directory)"
+
+
+def open_regular_file(ctx: ToolContext, root_fd: int, raw: object) -> int:
+    """A descriptor on the regular file `raw` names, checked on the descriptor itself."""
+    fd = open_in_workspace(ctx, root_fd, raw, directory=False)
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode):
+        return fd
+    os.close(fd)
+    if stat.S_ISDIR(mode):
+        raise ToolError(f"{raw} is a directory; use list_files")
+    raise ToolError(f"{raw} is not a regular file")
 
 
 def _read(args: dict[str, Any], ctx: ToolContext) -> str:
     raw = args.get("path")
     if raw is None:
         raise ToolError("read_file needs a path")
-    target = resolve_in_workspace(ctx.workspace, raw)
-    if target.is_dir():
-        raise ToolError(f"{raw} is a directory; use list_files")
-    if not target.is_file():
-        raise ToolError(f"no such file: {raw}")
     offset = int_arg(args, "offset", 1, 1)
     limit = int_arg(args, "limit", DEFAULT_READ_LINES, 1)
     shown: list[str] = []
     size = used = total = 0
     last_shown = offset - 1
     full = False  # the character budget is spent; later lines are only counted
-    with target.open("rb") as fh:
+    with workspace_fd(ctx) as root_fd, os.fdopen(open_regular_file(ctx, root_fd, raw), "rb") as fh:
         head = fh.read(BINARY_SNIFF_BYTES)
-        size = target.stat().st_size
+        size = os.fstat(fh.fileno()).st_size
         if b"\x00" in head:
             return f"{raw} is a binary file ({size} bytes); not shown"
         fh.seek(0)

@@ -56,6 +56,15 @@ class Simulator:
         params = {"path": path} if path else None
         return self._get("/_sim/requests", params=params)  # type: ignore[no-any-return]
 
+    def connections(self) -> int:
+        """Distinct TCP connections that carried a model request since the last reset."""
+        return int(self._get("/_sim/connections")["connections"])
+
+    def stats(self) -> dict[str, int]:
+        """`{"model_requests", "disconnects"}`: model calls taken, and how many of them the
+        client (Courier) abandoned before the answer was complete."""
+        return self._get("/_sim/stats")  # type: ignore[no-any-return]
+
     def reset(self) -> None:
         """Clear script, failures, requests and cache; restore startup settings and clock."""
         self._post("/_sim/reset", {})

@@ -1,0 +1,11 @@
+"""The operator console: static HTML, CSS and one JavaScript module, shipped in the package.
+
+No build step: the files here are what the browser runs, so an install from a wheel or the
+container image serves the same bytes the tests exercised.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+STATIC_DIR = Path(__file__).with_name("static")

@@ -1,0 +1,51 @@
+"""Tables for the sessions surface: session retractions and stored Responses API objects.
+
+Kept apart from `models.py` so the store's own tables can change without touching these,
+and so an older data directory gains them by `create_all` without any migration.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sqlmodel import Field, SQLModel
+
+
+def _now() -> float:
+    return time.time()
+
+
+class SessionRetractionRow(SQLModel, table=True):
+    __tablename__ = "session_retraction"
+
+    session_id: str = Field(primary_key=True, foreign_key="session.id")
+    retracted_at: float = Field(default_factory=_now)
+    purged: bool = False
+    """The operator purged the transcript; only the usage ledger (and this row) remain."""
+
+
+class ResponseRow(SQLModel, table=True):
+    __tablename__ = "response_record"
+
+    id: str = Field(primary_key=True)
+    session_id: str = Field(foreign_key="session.id", index=True)
+    owner: str = Field(index=True)
+    previous_response_id: str | None = None
+    first_message_id: int = 0
+    """Rows of the session with ids in [first, last] were written by this response."""
+    last_message_id: int = 0
+    body: str = "{}"
+    """The Response object as returned (JSON), so a GET answers with the same bytes."""
+    input_items: str = "[]"
+    """The request's input items as normalised JSON, for `/input_items`."""
+    retracted: bool = False
+    created_at: float = Field(default_factory=_now, index=True)
+
+
+class HealthProbeRow(SQLModel, table=True):
+    """One row the readiness probe rewrites, proving the database accepts commits."""
+
+    __tablename__ = "health_probe"
+
+    id: int = Field(primary_key=True)
+    at: float = 0.0

@@ -1,0 +1,1 @@
+"""Operator commands behind `courier`: doctor, sessions, usage, keys."""

@@ -1,0 +1,147 @@
+"""Bounds on what one request body may cost to parse, and parsing big bodies off the loop.
+
+A legal body can still freeze the server: 100,000 messages (~3 MB) took half a minute and
+blocked /health the whole time, and a 5,000-digit integer anywhere in the body tripped
+Python's integer-string limit as an uncaught ValueError (a 500). Here every parse failure
+is a 400, the structure is bounded (message count, nesting depth, digits per number) with
+the offending `param` named, and a body past OFF_LOOP_BYTES is parsed and validated in a
+worker process: C-level json.loads and pydantic hold the interpreter lock, so a thread
+would not free the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from app.protocol.errors import ApiError, loc_to_param
+
+MAX_MESSAGES = 10_000
+"""Messages per request. Clients resend the history each turn; a real conversation this
+long is compacted server-side long before, so past this it is an attack or a bug."""
+MAX_DEPTH = 64
+"""JSON nesting: deep enough for tool schemas, far short of the recursion limit."""
+MAX_INT_DIGITS = 100
+"""Digits in one JSON integer; Python's own limit (4,300) raises a ValueError mid-parse."""
+OFF_LOOP_BYTES = 256 * 1024
+"""Bodies at least this big are parsed in the worker process, smaller ones inline (the
+round trip costs more than parsing them)."""
+
+T = TypeVar("T")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ApiError(
+            400,
+            f"request body has an integer with more than {MAX_INT_DIGITS} digits",
+            code="invalid_json",
+        )
+    return int(text)
+
+
+def load_json_body(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object within the bounds above, or an ApiError (always a 400)."""
+    try:
+        data = json.loads(body.decode("utf-8"), parse_int=_bounded_int)
+        # A lone surrogate ("\ud800") parses but cannot be stored or sent upstream: refuse
+        # it here rather than fail half-way through creating the session.
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except RecursionError:
+        raise ApiError(400, "request body is nested too deeply", code="invalid_json") from None
+    except (ValueError, UnicodeError) as exc:  # JSONDecodeError is a ValueError
+        raise ApiError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+    messages = data.get("messages")
+    if isinstance(messages, list) and len(messages) > MAX_MESSAGES:
+        raise ApiError(
+            400,
+            f"messages: at most {MAX_MESSAGES} messages per request, got {len(messages)}",
+            param="messages",
+            code="too_many_messages",
+        )
+    too_deep = _too_deep(data, MAX_DEPTH)
+    if too_deep is not None:
+        param = loc_to_param(too_deep) or None
+        raise ApiError(
+            400,
+            f"{param or 'request body'}: nested deeper than {MAX_DEPTH} levels",
+            param=param,
+            code="nested_too_deeply",
+        )
+    return data
+
+
+def _too_deep(data: object, limit: int) -> list[int | str] | None:
+    """The path of the first container nested past `limit`, or None (iterative: no
+    recursion to blow)."""
+    stack: list[tuple[object, list[int | str]]] = [(data, [])]
+    while stack:
+        value, path = stack.pop()
+        if len(path) > limit:
+            return path[:4]
+        if isinstance(value, dict):
+            stack.extend((v, [*path, str(k)]) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, [*path, i]) for i, v in enumerate(value))
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """An ApiError carried back from the worker (exceptions with keyword state don't pickle)."""
+
+    status: int
+    message: str
+    param: str | None
+    code: str | None
+
+
+def _parse_in_worker(parse: Callable[[bytes], T], body: bytes) -> T | _Refusal:
+    try:
+        return parse(body)
+    except ApiError as exc:
+        return _Refusal(exc.status, exc.message, exc.param, exc.code)
+
+
+_pool: ProcessPoolExecutor | None = None
+
+
+def _worker_pool() -> ProcessPoolExecutor:
+    global _pool
+    if _pool is None:
+        # spawn, not fork: forking a process with running threads and an event loop can
+        # copy a held lock into the child and deadlock it.
+        _pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    return _pool
+
+
+async def parse_off_loop(body: bytes, parse: Callable[[bytes], T]) -> T:
+    """`parse(body)`, in the worker process when the body is big, so /health stays live."""
+    if len(body) < OFF_LOOP_BYTES:
+        return parse(body)
+    global _pool
+    loop = asyncio.get_running_loop()
+    try:
+        outcome = await loop.run_in_executor(_worker_pool(), _parse_in_worker, parse, body)
+    except BrokenProcessPool:
+        # The worker died (out of memory on a monster body): a new one for the next request.
+        _pool = None
+        raise ApiError(400, "request body could not be parsed", code="invalid_json") from None
+    if isinstance(outcome, _Refusal):
+        raise ApiError(outcome.status, outcome.message, param=outcome.param, code=outcome.code)
+    return outcome
+
+
+def shutdown_worker() -> None:
+    global _pool
+    if _pool is not None:
+        _pool.shutdown(wait=False, cancel_futures=True)
+        _pool = None

@@ -1,0 +1,100 @@
+"""Approvals over HTTP: list what waits for a human, decide it, list and revoke grants.
+
+Principals with the `approvals` scope act as the operator's approvers: they see every
+pending approval (an approver who could only see their own would make
+`approvals_separate_approver` impossible to satisfy).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+
+from app.protocol.errors import ApiError
+from app.routes.deps import ApproverDep, StateDep, read_limited_body
+from app.security.approvals import (
+    DECISIONS,
+    ApprovalConflict,
+    ApprovalNotFound,
+    ApprovalRefused,
+    grant_fields,
+    visible_fields,
+)
+
+router = APIRouter()
+
+Status = Literal["pending", "approved", "denied", "expired", "cancelled", "abandoned"]
+
+
+@router.get("/v1/approvals")
+async def list_approvals(
+    state: StateDep,
+    _principal: ApproverDep,
+    status: Annotated[Status | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> dict[str, Any]:
+    rows = state.approvals.store.list(status=status, limit=limit)
+    return {"object": "list", "data": [visible_fields(r) for r in rows]}
+
+
+@router.get("/v1/approvals/grants")
+async def list_grants(
+    state: StateDep,
+    _principal: ApproverDep,
+    session_id: Annotated[str | None, Query()] = None,
+) -> dict[str, Any]:
+    rows = state.approvals.store.grants(session_id=session_id)
+    return {"object": "list", "data": [grant_fields(r) for r in rows]}
+
+
+@router.delete("/v1/approvals/grants/{grant_id}")
+async def revoke_grant(grant_id: str, state: StateDep, _principal: ApproverDep) -> dict[str, Any]:
+    if not state.approvals.store.delete_grant(grant_id=grant_id):
+        raise ApiError(404, f"grant '{grant_id}' not found", code="grant_not_found")
+    return {"id": grant_id, "object": "courier.approval_grant", "deleted": True}
+
+
+@router.get("/v1/approvals/{approval_id}")
+async def get_approval(
+    approval_id: str, state: StateDep, _principal: ApproverDep
+) -> dict[str, Any]:
+    row = state.approvals.store.get(approval_id=approval_id)
+    if row is None:
+        raise ApiError(404, f"approval '{approval_id}' not found", code="approval_not_found")
+    return visible_fields(row)
+
+
+@router.post("/v1/approvals/{approval_id}")
+async def decide(
+    approval_id: str, request: Request, state: StateDep, principal: ApproverDep
+) -> dict[str, Any]:
+    body = await read_limited_body(request, 16 * 1024)
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        raise ApiError(400, "request body is not valid JSON", code="invalid_json") from None
+    decision = data.get("decision") if isinstance(data, dict) else None
+    if decision not in DECISIONS:
+        raise ApiError(
+            400,
+            f"decision must be one of {', '.join(DECISIONS)}",
+            param="decision",
+            code="invalid_decision",
+        )
+    try:
+        row, grant = state.approvals.decide(
+            approval_id=approval_id, decision=decision, approver=principal.label
+        )
+    except ApprovalNotFound:
+        raise ApiError(
+            404, f"approval '{approval_id}' not found", code="approval_not_found"
+        ) from None
+    except ApprovalConflict as exc:
+        raise ApiError(409, str(exc), code="approval_not_pending") from None
+    except ApprovalRefused as exc:
+        raise ApiError(403, str(exc), code="approval_refused") from None
+    out = visible_fields(row)
+    out["grant"] = grant_fields(grant) if grant is not None else None
+    return out

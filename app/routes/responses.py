@@ -1,0 +1,188 @@
+"""POST /v1/responses (JSON or SSE), GET/DELETE /v1/responses/{id}, and its input items."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
+from app.agent.turns import SessionBusy
+from app.db.session_models import ResponseRow
+from app.protocol.errors import ApiError, validation_error
+from app.protocol.render import error_payload, retry_headers, tool_event_payload
+from app.protocol.responses import EventRenderer, ResponseCreateRequest
+from app.responses_serving import ResponseNotFound, ResponseRun, ResponsesServing
+from app.routes.body import parse_json_object
+from app.routes.chat import retry_of
+from app.routes.deps import PrincipalDep, StateDep, read_limited_body
+from app.security.auth import Principal
+from app.state import AppState
+
+router = APIRouter()
+
+
+def serving(state: AppState) -> ResponsesServing:
+    return state.responses
+
+
+def not_found(exc: ResponseNotFound) -> ApiError:
+    return ApiError(
+        404,
+        f"response '{exc.response_id}' not found",
+        param=exc.param,
+        code="response_not_found",
+    )
+
+
+def owned(state: AppState, principal: Principal, response_id: str) -> ResponseRow:
+    try:
+        return serving(state).owned(principal, response_id)
+    except ResponseNotFound as exc:
+        raise not_found(exc) from None
+
+
+def parse_request(body: bytes) -> ResponseCreateRequest:
+    data = parse_json_object(body)
+    try:
+        return ResponseCreateRequest.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
+@router.post("/v1/responses")
+async def create_response(request: Request, state: StateDep, principal: PrincipalDep) -> Response:
+    raw = await read_limited_body(request, state.settings.max_body_bytes)
+    body = parse_request(raw)
+    try:
+        run = serving(state).start(body, principal, retry=retry_of(request, b"responses\n" + raw))
+    except ResponseNotFound as exc:
+        raise not_found(exc) from None
+    headers = {"X-Session-Id": run.shell.session_id} if body.store else {}
+    if ignored := body.ignored_fields():
+        # Named, not silently dropped: the same courtesy the chat route gives.
+        headers["X-Courier-Ignored"] = ", ".join(ignored)
+    if body.stream:
+        opted_in = "tools" in request.headers.get("x-courier-events", "").lower().split(",")
+        return EventSourceResponse(
+            frames(run, state.settings.keepalive_s, tool_events=opted_in),
+            headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            ping=0,
+            sep="\n",
+        )
+    hangup = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({run.done, hangup}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        run.handle.abandon()
+        raise
+    finally:
+        hangup.cancel()
+    if not run.done.done():
+        # The client hung up (an SDK timeout): stop the turn as a stream would; the
+        # recorder still stores the cancelled response.
+        run.handle.abandon()
+        return Response(status_code=499)
+    final, finished = run.done.result()
+    if finished.error is not None and not final["output"]:
+        err = finished.error
+        return JSONResponse(
+            error_payload(err), status_code=err.status, headers={**headers, **retry_headers(err)}
+        )
+    run.handle.delivered = True
+    return JSONResponse(final, headers=headers)
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client hangs up (the body is already read, so the next ASGI
+    message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def frames(
+    run: ResponseRun, keepalive_s: float, *, tool_events: bool = False
+) -> AsyncIterator[ServerSentEvent]:
+    """The spec's event sequence; `: keepalive` comments while tools run; named
+    `courier.tool` frames only for a client that asked."""
+    renderer = EventRenderer(run.shell)
+    for name, data in renderer.start():
+        yield ServerSentEvent(event=name, data=data)
+    queue = run.handle.subscribe()
+    finished = False
+    try:
+        while True:
+            try:
+                event = await asyncio.wait_for(queue.get(), timeout=keepalive_s)
+            except TimeoutError:
+                yield ServerSentEvent(comment="keepalive")
+                continue
+            if isinstance(event, TurnText):
+                for name, data in renderer.text_delta(event.text):
+                    yield ServerSentEvent(event=name, data=data)
+            elif tool_events and isinstance(event, ToolStarted | ToolFinished):
+                payload = json.dumps(tool_event_payload(event), separators=(",", ":"))
+                yield ServerSentEvent(event="courier.tool", data=payload)
+            elif isinstance(event, TurnFinished):
+                finished = True
+                final, _ = await asyncio.shield(run.done)
+                for name, data in renderer.finish(final):
+                    yield ServerSentEvent(event=name, data=data)
+                run.handle.delivered = True
+                return
+    finally:
+        run.handle.unsubscribe(queue)
+        if not finished:
+            run.handle.abandon()
+
+
+@router.get("/v1/responses/{response_id}")
+async def get_response(response_id: str, state: StateDep, principal: PrincipalDep) -> Any:
+    row = owned(state, principal, response_id)
+    return JSONResponse(json.loads(row.body))
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(response_id: str, state: StateDep, principal: PrincipalDep) -> Any:
+    row = owned(state, principal, response_id)
+    try:
+        serving(state).retract(row)
+    except SessionBusy:
+        raise ApiError(
+            409, "a turn is running on this response's session", code="session_busy"
+        ) from None
+    return {"id": response_id, "object": "response", "deleted": True}
+
+
+@router.get("/v1/responses/{response_id}/input_items")
+async def input_items(
+    response_id: str,
+    state: StateDep,
+    principal: PrincipalDep,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    order: Literal["asc", "desc"] = "desc",
+    after: str | None = None,
+) -> dict[str, Any]:
+    row = owned(state, principal, response_id)
+    items: list[dict[str, Any]] = json.loads(row.input_items)
+    if order == "desc":
+        items.reverse()
+    if after is not None:
+        ids = [i.get("id") for i in items]
+        if after not in ids:
+            raise ApiError(400, f"no input item '{after}' in this response", param="after")
+        items = items[ids.index(after) + 1 :]
+    page = items[:limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else "",
+        "last_id": page[-1]["id"] if page else "",
+        "has_more": len(items) > limit,
+    }

@@ -1,0 +1,56 @@
+"""POST /v1/tokens: mint a short-lived token for a client that must not hold the key."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from app.protocol.errors import ApiError
+from app.routes.deps import MinterDep, StateDep, read_limited_body
+from app.security.tokens import DEFAULT_TTL_S, TokenRefused
+
+router = APIRouter()
+
+
+@router.post("/v1/tokens")
+async def mint_token(request: Request, state: StateDep, principal: MinterDep) -> dict[str, Any]:
+    issuer = state.auth.tokens
+    if issuer is None:
+        raise ApiError(404, "tokens are not enabled on this server", code="tokens_disabled")
+    body = await read_limited_body(request, 16 * 1024)
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        raise ApiError(400, "request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+    scopes = data.get("scopes")
+    ttl = data.get("ttl_s", DEFAULT_TTL_S)
+    session_id = data.get("session_id")
+    if scopes is not None and (
+        not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes)
+    ):
+        raise ApiError(400, "scopes must be a list of strings", param="scopes")
+    if not isinstance(ttl, int) or isinstance(ttl, bool):
+        raise ApiError(400, "ttl_s must be an integer", param="ttl_s")
+    if session_id is not None:
+        session = (
+            state.store.get_session(session_id=session_id) if isinstance(session_id, str) else None
+        )
+        if session is None or (session.owner != principal.owner and not principal.admin):
+            raise ApiError(404, f"session '{session_id}' not found", code="session_not_found")
+    try:
+        minted = issuer.mint(principal, scopes=scopes, ttl_s=ttl, session_id=session_id)
+    except TokenRefused as exc:
+        status = 403 if "lacks" in str(exc) or "cannot mint" in str(exc) else 400
+        raise ApiError(status, str(exc), code="token_refused") from None
+    return {
+        "object": "courier.token",
+        "token": minted.token,
+        "token_type": "bearer",
+        "expires_at": minted.expires_at,
+        "scopes": list(minted.scopes),
+        "session_id": minted.session_id,
+    }

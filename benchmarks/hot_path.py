@@ -1,0 +1,496 @@
+"""The hot path: what one request costs Courier, measured against the upstream itself.
+
+Runs the real server and the simulator as subprocesses and prints, for issue 10:
+
+* `cpu`     server CPU per request by kind (new session, continued session, tool turn),
+            CPU per streamed chunk, and commits / SQL statements per turn (counted by the
+            server's engine hooks, read from `/metrics`); the simulator's own CPU per
+            request is the baseline: an upstream on the same stack doing less work;
+* `growth`  CPU per turn at turn 10 and at turn 250 of one session;
+* `ttft`    time to first token through Courier vs the simulator called directly, at
+            concurrency 1 and at 100 concurrent 2-second streams;
+* `conns`   new upstream TCP connections per request after warm-up;
+* `rss`     the server's RSS with 1,000 open streams, and how many were live upstream;
+* `search`  session_search at 1M message rows (the database is built once and cached).
+
+Figures and ratios only; nothing is asserted (the machine is shared and noisy).
+
+    .venv/bin/python benchmarks/hot_path.py [--only cpu,growth,ttft,conns,rss,search]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import httpx
+from _harness import REPO_ROOT, bench_key, free_port, start_server, start_simulator, stop, wait_http
+
+TICK = os.sysconf("SC_CLK_TCK")
+WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india")
+
+
+def text_of(words: int) -> str:
+    return " ".join(WORDS[i % len(WORDS)] for i in range(words)) + "."
+
+
+def has_content(line: str) -> bool:
+    """An SSE data line whose chunk carries non-empty delta content (either server's)."""
+    if not line.startswith("data: {") or '"content"' not in line:
+        return False
+    choices = json.loads(line[6:]).get("choices") or [{}]
+    return bool(choices[0].get("delta", {}).get("content"))
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (from /proc, clock-tick resolution)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+class Rig:
+    """One simulator and one Courier server, with the controls the sections need."""
+
+    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+        self.sim_port, self.port = free_port(), free_port()
+        self.key, self.metrics_key = bench_key(), bench_key()
+        self.data = tempfile.mkdtemp(prefix="courier-bench-")
+        self.sim = start_simulator(self.sim_port)
+        env = {
+            "COURIER_API_KEY": self.key,
+            "COURIER_METRICS_API_KEY": self.metrics_key,
+            "COURIER_PORT": str(self.port),
+            "COURIER_DATA_DIR": self.data,
+            "COURIER_UPSTREAM_BASE_URL": f"http://127.0.0.1:{self.sim_port}/v1",
+            "COURIER_UPSTREAM_API_KEY": "bench",
+            "COURIER_LOG_LEVEL": "warning",
+            **(extra_env or {}),
+        }
+        self.server = start_server(env, inherit_courier_env=False)
+        wait_http(f"http://127.0.0.1:{self.sim_port}/v1/models")
+        wait_http(f"http://127.0.0.1:{self.port}/health")
+        self.control = httpx.Client(base_url=f"http://127.0.0.1:{self.sim_port}", timeout=30)
+        self.http = httpx.Client(timeout=120)
+        self.url = f"http://127.0.0.1:{self.port}/v1/chat/completions"
+        self.direct_url = f"http://127.0.0.1:{self.sim_port}/v1/chat/completions"
+        self.auth = {"Authorization": f"Bearer {self.key}"}
+
+    def close(self) -> None:
+        self.http.close()
+        self.control.close()
+        stop(self.server, self.sim)
+
+    def script(self, steps: list[dict[str, Any]]) -> None:
+        self.control.post("/_sim/script", json=steps).raise_for_status()
+
+    def configure(self, **settings: Any) -> None:
+        self.control.post("/_sim/config", json=settings).raise_for_status()
+
+    def reset(self) -> None:
+        self.control.post("/_sim/reset", json={}).raise_for_status()
+
+    def connections(self) -> int:
+        return int(self.control.get("/_sim/connections").json()["connections"])
+
+    def db_counts(self) -> tuple[float, float]:
+        """(commits, statements) the server has counted since it started."""
+        body = self.http.get(
+            f"http://127.0.0.1:{self.port}/metrics",
+            headers={"Authorization": f"Bearer {self.metrics_key}"},
+        ).text
+        values = {"courier_db_commits_total": 0.0, "courier_db_statements_total": 0.0}
+        for line in body.splitlines():
+            name, _, value = line.partition(" ")
+            if name in values:
+                values[name] = float(value)
+        return values["courier_db_commits_total"], values["courier_db_statements_total"]
+
+    def turn(self, content: str = "Say something.", session: str | None = None) -> str:
+        """One streamed request read to its end; returns the session id."""
+        headers = dict(self.auth)
+        if session:
+            headers["X-Session-Id"] = session
+        body = {
+            "model": "courier",
+            "stream": True,
+            "messages": [{"role": "user", "content": content}],
+        }
+        with self.http.stream("POST", self.url, json=body, headers=headers) as resp:
+            resp.raise_for_status()
+            sid = resp.headers["x-session-id"]
+            for line in resp.iter_lines():
+                if line.startswith("data: {") and '"error"' in line[:20]:
+                    raise RuntimeError(line)
+        return sid
+
+
+@contextmanager
+def measured(rig: Rig, n: int, out: dict[str, float]) -> Iterator[None]:
+    """CPU of server and simulator, commits and statements, per request over the block."""
+    commits, statements = rig.db_counts()
+    server, sim = cpu_s(rig.server.pid), cpu_s(rig.sim.pid)
+    yield
+    out["server_ms"] = (cpu_s(rig.server.pid) - server) * 1000 / n
+    out["sim_ms"] = (cpu_s(rig.sim.pid) - sim) * 1000 / n
+    after_commits, after_statements = rig.db_counts()
+    # The /metrics read itself runs no SQL, so the deltas are the turns' own.
+    out["commits"] = (after_commits - commits) / n
+    out["statements"] = (after_statements - statements) / n
+
+
+def _row(name: str, m: dict[str, float]) -> None:
+    ratio = m["server_ms"] / m["sim_ms"] if m["sim_ms"] else float("nan")
+    print(
+        f"  {name:<26} {m['server_ms']:7.2f} ms CPU  (simulator {m['sim_ms']:5.2f} ms, "
+        f"ratio {ratio:5.1f}x)  commits {m['commits']:5.1f}  statements {m['statements']:5.1f}"
+    )
+
+
+def bench_cpu(rig: Rig, n: int) -> None:
+    print(f"CPU per request (server process, {n} sequential requests each, 40-chunk replies)")
+    for _ in range(5):  # warm imports, caches and the upstream connection
+        rig.turn()
+    short, long_ = text_of(40), text_of(400)
+    rig.script([{"reply": {"text": short}}] * n)
+    new: dict[str, float] = {}
+    sessions: list[str] = []
+    with measured(rig, n, new):
+        sessions = [rig.turn() for _ in range(n)]
+    _row("new session", new)
+    rig.script([{"reply": {"text": short}}] * n)
+    cont: dict[str, float] = {}
+    with measured(rig, n, cont):
+        for sid in sessions:
+            rig.turn(session=sid)
+    _row("continued session", cont)
+    steps: list[dict[str, Any]] = []
+    for _ in range(n):
+        call = {"name": "todo", "arguments": {"action": "add", "items": ["check the logs"]}}
+        steps += [{"reply": {"tool_calls": [call]}}, {"reply": {"text": short}}]
+    rig.script(steps)
+    tool: dict[str, float] = {}
+    with measured(rig, n, tool):
+        for _ in range(n):
+            rig.turn()
+    _row("tool turn (2 upstream calls)", tool)
+    rig.script([{"reply": {"text": long_}}] * n)
+    big: dict[str, float] = {}
+    with measured(rig, n, big):
+        for _ in range(n):
+            rig.turn()
+    _row("new session, 400 chunks", big)
+    per_chunk = (big["server_ms"] - new["server_ms"]) / 360 * 1000
+    sim_chunk = (big["sim_ms"] - new["sim_ms"]) / 360 * 1000
+    print(
+        f"  CPU per chunk: {per_chunk:.1f} µs  (simulator {sim_chunk:.1f} µs, "
+        f"ratio {per_chunk / sim_chunk if sim_chunk > 0 else float('nan'):.1f}x)"
+    )
+
+
+def bench_growth(rig: Rig, turns: int, window: int = 10) -> None:
+    print(f"CPU per turn as one session grows (mean over {window} turns, text replies)")
+    rig.script([{"reply": {"text": text_of(40)}}] * (turns + window))
+    sid = rig.turn()
+    at: dict[int, float] = {}
+    started = cpu_s(rig.server.pid)
+    for n in range(2, turns + 1):
+        rig.turn(f"Question number {n}: say something.", session=sid)
+        if n % window == 0:
+            now = cpu_s(rig.server.pid)
+            at[n] = (now - started) * 1000 / window
+            started = now
+    early, late = at.get(10, float("nan")), at.get(turns, float("nan"))
+    print(f"  turn 10: {early:.2f} ms   turn {turns}: {late:.2f} ms   ratio {late / early:.2f}x")
+
+
+def _first_token(client: httpx.Client, url: str, auth: dict[str, str], model: str) -> float:
+    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "Hi."}]}
+    started = time.perf_counter()
+    ttft = None
+    with client.stream("POST", url, json=body, headers=auth) as resp:
+        resp.raise_for_status()
+        for line in resp.iter_lines():
+            if ttft is None and has_content(line):
+                ttft = time.perf_counter() - started
+    if ttft is None:
+        raise RuntimeError("stream ended without content")
+    return ttft
+
+
+async def _loaded(
+    url: str, model: str, auth: dict[str, str], workers: int, seconds: float
+) -> list[float]:
+    samples: list[float] = []
+    limits = httpx.Limits(max_connections=workers + 10, max_keepalive_connections=workers + 10)
+    deadline = time.monotonic() + seconds
+    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "Hi."}]}
+
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+
+        async def worker(delay: float) -> None:
+            await asyncio.sleep(delay)  # staggered, so new requests arrive at an even rate
+            while time.monotonic() < deadline:
+                started = time.perf_counter()
+                ttft = None
+                async with client.stream("POST", url, json=body, headers=auth) as resp:
+                    async for line in resp.aiter_lines():
+                        if ttft is None and has_content(line):
+                            ttft = time.perf_counter() - started
+                if ttft is not None:
+                    samples.append(ttft)
+
+        await asyncio.gather(*(worker(i * 2.0 / workers) for i in range(workers)))
+    return samples
+
+
+def bench_ttft(rig: Rig, n: int, workers: int, seconds: float) -> None:
+    print("Added time to first token (through Courier minus the simulator called directly)")
+    direct: list[float] = []
+    through: list[float] = []
+    rig.reset()
+    for _ in range(3):
+        _first_token(rig.http, rig.direct_url, rig.auth, "gpt-4o-mini")
+        _first_token(rig.http, rig.url, rig.auth, "courier")
+    for _ in range(n):  # interleaved, so drift hits both alike
+        direct.append(_first_token(rig.http, rig.direct_url, rig.auth, "gpt-4o-mini"))
+        through.append(_first_token(rig.http, rig.url, rig.auth, "courier"))
+    d50, t50 = statistics.median(direct), statistics.median(through)
+    print(
+        f"  concurrency 1:   direct p50 {d50 * 1000:6.2f} ms   courier p50 {t50 * 1000:6.2f} ms"
+        f"   added p50 {(t50 - d50) * 1000:6.2f} ms   (ratio {t50 / d50:.2f}x, n={n})"
+    )
+    # 40 words at 20 tokens/s: 2-second streams, as a voice client's replies are.
+    rig.configure(tokens_per_second=20)
+    try:
+        direct = asyncio.run(_loaded(rig.direct_url, "gpt-4o-mini", rig.auth, workers, seconds))
+        before = cpu_s(rig.server.pid)
+        through = asyncio.run(_loaded(rig.url, "courier", rig.auth, workers, seconds))
+        busy = (cpu_s(rig.server.pid) - before) / seconds
+    finally:
+        rig.reset()
+    d50, d99 = statistics.median(direct), pct(direct, 0.99)
+    t50, t99 = statistics.median(through), pct(through, 0.99)
+    print(
+        f"  concurrency {workers}: direct p50 {d50 * 1000:6.1f} p99 {d99 * 1000:6.1f} ms   "
+        f"courier p50 {t50 * 1000:6.1f} p99 {t99 * 1000:6.1f} ms   "
+        f"added p50 {(t50 - d50) * 1000:6.1f} ms p99 {(t99 - d99) * 1000:6.1f} ms   "
+        f"(n={len(through)}, {len(through) / seconds:.0f} req/s, "
+        f"server {busy * 100:.0f}% of a core)"
+    )
+
+
+def bench_conns(rig: Rig, n: int) -> None:
+    print("Upstream connections")
+    rig.reset()
+    for _ in range(3):
+        rig.turn()
+    warm = rig.connections()
+    for _ in range(n):
+        rig.turn()
+    new = rig.connections() - warm
+    print(f"  new upstream connections per request after warm-up: {new / n:.2f} ({new} in {n})")
+
+
+async def _open_streams(rig: Rig, count: int, wait_s: float) -> tuple[int, float]:
+    """Open `count` streams, wait until each has its first token; (live, RSS MB then)."""
+    limits = httpx.Limits(max_connections=count + 10, max_keepalive_connections=0)
+    body = {"model": "courier", "stream": True, "messages": [{"role": "user", "content": "Hi."}]}
+    live = 0
+    all_live = asyncio.Event()
+
+    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+
+        async def one() -> None:
+            nonlocal live
+            async with client.stream("POST", rig.url, json=body, headers=rig.auth) as resp:
+                async for line in resp.aiter_lines():
+                    if has_content(line):
+                        live += 1
+                        if live == count:
+                            all_live.set()
+                        await asyncio.sleep(3600)  # hold the stream open
+
+        tasks = [asyncio.create_task(one()) for _ in range(count)]
+        with suppress(TimeoutError):
+            await asyncio.wait_for(all_live.wait(), wait_s)
+        await asyncio.sleep(1)
+        rss = rss_mb(rig.server.pid)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return live, rss
+
+
+def bench_rss(rig: Rig, count: int, wait_s: float) -> None:
+    print(f"RSS with {count} open streams")
+    rig.reset()
+    idle = rss_mb(rig.server.pid)
+    # One token every 2 s: every stream is still running upstream when RSS is read.
+    rig.configure(tokens_per_second=0.5)
+    try:
+        started = time.monotonic()
+        live, rss = asyncio.run(_open_streams(rig, count, wait_s))
+        took = time.monotonic() - started
+    finally:
+        rig.reset()
+    print(
+        f"  {live}/{count} streams live (first token received) within {took:.0f} s; "
+        f"server RSS {rss:.0f} MB (idle {idle:.0f} MB, {(rss - idle) * 1024 / max(live, 1):.0f}"
+        " KB per live stream)"
+    )
+    time.sleep(2)  # let the server finish cancelling the turns before the next section
+
+
+# ---------------------------------------------------------------------------- search
+
+
+def build_search_db(path: Path, rows: int, owners: int, per_session: int) -> None:
+    """A database of `rows` messages over `owners` keys, made by the app's own schema
+    (SQLAlchemy Core inserts on the SQLModel tables, so column defaults apply)."""
+    sys.path.insert(0, str(REPO_ROOT))
+    from app.db.models import MessageRow, SessionRow
+    from app.db.store import Store
+
+    store = Store.open(path)
+    rng = random.Random(7)
+    vocab = [f"w{i:04d}" for i in range(5000)]
+    sessions = rows // per_session
+    session_table = SessionRow.__table__  # type: ignore[attr-defined]
+    message_table = MessageRow.__table__  # type: ignore[attr-defined]
+    with store.engine.begin() as conn:
+        conn.execute(
+            session_table.insert(),
+            [
+                {
+                    "id": f"s{i:07d}",
+                    "owner": f"owner{i % owners:04d}",
+                    "profile": "courier",
+                    "system_prompt": "",
+                    "started_at": 1e9 + i,
+                }
+                for i in range(sessions)
+            ],
+        )
+        batch: list[dict[str, Any]] = []
+        for i in range(rows):
+            words = rng.choices(vocab, k=12)
+            if i % 10 == 0:
+                words.append("deploy")  # a common term: 10 % of all rows, every owner
+            if i % 100_000 == 0:
+                words.append("zebracorn")  # a rare one
+            role = "user" if i % 2 == 0 else "assistant"
+            batch.append(
+                {"session_id": f"s{i // per_session:07d}", "role": role, "content": " ".join(words)}
+            )
+            if len(batch) == 50_000:
+                conn.execute(message_table.insert(), batch)
+                batch.clear()
+        if batch:
+            conn.execute(message_table.insert(), batch)
+    store.close()
+
+
+def bench_search(rows: int, repeats: int) -> None:
+    print(f"session_search at {rows:,} message rows")
+    sys.path.insert(0, str(REPO_ROOT))
+    from app.db.store import Store
+    from app.db.tool_store import search_sessions
+
+    cache = Path(tempfile.gettempdir()) / "courier-bench" / f"search-{rows}.db"
+    cache.parent.mkdir(exist_ok=True)
+    if not cache.exists():
+        started = time.monotonic()
+        partial = cache.with_suffix(".partial")
+        partial.unlink(missing_ok=True)
+        build_search_db(partial, rows, owners=1000, per_session=100)
+        partial.rename(cache)
+        print(f"  built the database in {time.monotonic() - started:.0f} s ({cache})")
+    started = time.monotonic()
+    store = Store.open(cache)  # runs any migration a newer schema needs
+    print(f"  opened (with migrations) in {time.monotonic() - started:.2f} s")
+
+    def timed(terms: list[str]) -> list[float]:
+        samples = []
+        for i in range(repeats):
+            t = time.perf_counter()
+            search_sessions(store, owner=f"owner{(i * 37) % 1000:04d}", terms=terms, limit=5)
+            samples.append(time.perf_counter() - t)
+        return samples
+
+    try:
+        rare = timed(["zebracorn"])
+        common = timed(["deploy"])
+        two = timed(["deploy", "w0042"])
+    finally:
+        store.close()
+    r50 = statistics.median(rare)
+    for name, samples in (("common term", common), ("two terms", two), ("rare term", rare)):
+        p50 = statistics.median(samples)
+        print(
+            f"  {name:<12} p50 {p50 * 1000:8.2f} ms   p90 {pct(samples, 0.9) * 1000:8.2f} ms   "
+            f"(ratio to the rare term {p50 / r50:6.1f}x, n={len(samples)})"
+        )
+
+
+SECTIONS = ("cpu", "growth", "ttft", "conns", "rss", "search")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default=",".join(SECTIONS))
+    parser.add_argument("--requests", type=int, default=100)
+    parser.add_argument("--turns", type=int, default=250)
+    parser.add_argument("--workers", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    if unknown := only - set(SECTIONS):
+        raise SystemExit(f"unknown sections: {', '.join(sorted(unknown))}")
+    sections: list[tuple[str, Callable[[Rig], None]]] = [
+        ("cpu", lambda rig: bench_cpu(rig, args.requests)),
+        ("growth", lambda rig: bench_growth(rig, args.turns)),
+        ("ttft", lambda rig: bench_ttft(rig, 40, args.workers, args.seconds)),
+        ("conns", lambda rig: bench_conns(rig, 20)),
+        ("rss", lambda rig: bench_rss(rig, args.streams, 90)),
+    ]
+    wanted = [(name, run) for name, run in sections if name in only]
+    if wanted:
+        rig = Rig()
+        try:
+            for _name, run in wanted:
+                run(rig)
+                rig.reset()
+        finally:
+            rig.close()
+    if "search" in only:
+        bench_search(args.rows, 20)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

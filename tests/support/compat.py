@@ -1,0 +1,58 @@
+"""One pair of live servers (OpenAI wire, Anthropic wire) shared by the issue-9 client suites.
+
+A server start costs seconds on a loaded 2-core CI machine; the compatibility replay, the
+SDK tests, the docs snippets and the behaviour tests all need the same two, so they share
+them for the whole session (registered in tests/conftest.py). Settings cover every suite:
+vendor model names are served (captured clients send `gpt-4.1` etc.), a second principal
+exists (admin key), and one browser origin is allowed. No shared workspace: each session
+gets its own, which is what the continuity tests rely on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.server import Server, sim_env
+from tests.support.sim import Simulator
+
+OTHER_KEY = "other-principal-key-0123456789"
+"""A second principal's key (configured as the admin key)."""
+ORIGIN = "https://cockpit.example"
+"""The one origin on the CORS allowlist."""
+
+
+@pytest.fixture(scope="session")
+def compat_servers(
+    simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Server]]:
+    started: dict[str, Server] = {}
+    try:
+        for wire in ("openai", "anthropic"):
+            env = sim_env(
+                simulator.base_url,
+                wire,
+                COURIER_ACCEPT_ANY_MODEL="true",
+                COURIER_ADMIN_API_KEY=OTHER_KEY,
+                COURIER_CORS_ORIGINS=json.dumps([ORIGIN]),
+            )
+            started[wire] = Server(data_dir=tmp_path_factory.mktemp(f"compat-{wire}"), env=env)
+            # A loaded 2-core machine can take 10+ s to boot one; 20 s is too tight for two.
+            started[wire].start(timeout=60)
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+def unmarked(value: Any) -> Any:
+    """`value` without `cache_control` markers: breakpoints move forward each turn by
+    design, and the provider's cache key ignores them; every other byte must match."""
+    if isinstance(value, dict):
+        return {k: unmarked(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [unmarked(v) for v in value]
+    return value

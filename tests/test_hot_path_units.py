@@ -1,0 +1,60 @@
+"""The hot path's shortcuts produce exactly the bytes of the slow paths they replace."""
+
+from __future__ import annotations
+
+import pytest
+from sse_starlette import ServerSentEvent as ReferenceEvent
+
+from app.agent.turns import TurnHandle
+from app.protocol.render import ChunkChoice, CompletionRenderer, Delta
+from app.routes.event_stream import ServerSentEvent
+from app.tools.registry import Tool, ToolRegistry
+
+TRICKY = ["hi", "", 'quote " backslash \\ newline \n tab \t', "\u2028\u2029 é 😀 \x01 \x00", "}]"]
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_templated_text_chunks_match_the_rendered_model(include_usage: bool) -> None:
+    renderer = CompletionRenderer('a "model"\n', include_usage=include_usage)
+    for text in TRICKY:
+        slow = renderer._chunk([ChunkChoice(delta=Delta(content=text))])
+        assert renderer.text_chunk(text) == slow
+
+
+def test_an_adopted_identity_renews_the_template() -> None:
+    first = CompletionRenderer("m")
+    first.text_chunk("warm the template")
+    handle = TurnHandle("turn_x", "sess_x")
+    handle.completion_id, handle.created = "chatcmpl-reattached", 1234
+    first.adopt(handle)
+    chunk = first.text_chunk("again")
+    assert '"id":"chatcmpl-reattached"' in chunk and '"created":1234' in chunk
+    assert chunk == first._chunk([ChunkChoice(delta=Delta(content="again"))])
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"data": '{"a":1}'},
+        {"data": "[DONE]"},
+        {"data": "two\nlines\r\nand\rmore"},
+        {"comment": "keepalive"},
+        {"event": "courier.tool", "data": '{"name":"x"}'},
+        {"data": ""},
+    ],
+)
+def test_frames_encode_like_sse_starlette(fields: dict[str, str]) -> None:
+    assert ServerSentEvent(**fields).encode() == ReferenceEvent(**fields).encode()  # type: ignore[arg-type]
+
+
+async def _noop(_args: dict[str, object], _ctx: object) -> str:
+    return ""
+
+
+def test_a_restricted_registry_resolves_only_its_names() -> None:
+    tools = [Tool(name=n, description=n, parameters={}, handler=_noop) for n in ("a", "b", "c")]
+    registry = ToolRegistry(tools)
+    view = registry.restricted_to(["a", "c", "not-registered"])
+    assert view.names() == ["a", "c"]
+    assert view.get("b") is None and registry.get("b") is not None
+    assert view.availability is registry.availability

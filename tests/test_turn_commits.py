@@ -1,0 +1,87 @@
+"""How many transactions a turn costs, counted over HTTP by the server's engine hooks.
+
+Two per text turn (one before the upstream call, one after), whether the session is new
+or continued; a tool batch adds its intent commit and one per result (plus whatever the
+tool itself writes). Counting, not timing: a regression that adds a commit to the turn
+path fails here on any machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.server import Server, sim_env
+from tests.support.sim import Simulator
+
+METRICS_KEY = "metrics-key-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def counted(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    data_dir: Path = tmp_path_factory.mktemp("commits")
+    env = sim_env(simulator.base_url, COURIER_METRICS_API_KEY=METRICS_KEY)
+    srv = Server(data_dir=data_dir, env=env).start()
+    yield srv
+    srv.stop()
+
+
+def _counts(server: Server) -> tuple[int, int]:
+    body = httpx.get(
+        f"{server.base_url}/metrics",
+        headers={"Authorization": f"Bearer {METRICS_KEY}"},
+        timeout=10,
+    ).text
+    values: dict[str, int] = {}
+    for line in body.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("courier_db_commits_total", "courier_db_statements_total"):
+            values[name] = int(float(value))
+    return values["courier_db_commits_total"], values["courier_db_statements_total"]
+
+
+def _turn(server: Server, *, stream: bool, session: str | None = None) -> tuple[str, int, int]:
+    """Run one turn to its end; (session id, commits, statements) it cost."""
+    before = _counts(server)
+    headers = server.headers(**({"X-Session-Id": session} if session else {}))
+    body: dict[str, Any] = {
+        "model": "courier",
+        "stream": stream,
+        "messages": [{"role": "user", "content": "hello"}],
+    }
+    url = f"{server.base_url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=30) as resp:
+        text = resp.read().decode()
+        sid = resp.headers["x-session-id"]
+    assert resp.status_code == 200 and '"error"' not in text, text
+    after = _counts(server)
+    return sid, after[0] - before[0], after[1] - before[1]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_text_turn_commits_twice(counted: Server, sim: Simulator, stream: bool) -> None:
+    sim.script([{"reply": {"text": "one two three"}}] * 3)
+    sid, commits, statements = _turn(counted, stream=stream)
+    assert commits == 2
+    # Today's reads and writes (with the lease fence on counter writes, issue 12); this
+    # bound catches a query added to the path.
+    assert statements <= 26
+    for _ in range(2):
+        _, commits, statements = _turn(counted, stream=stream, session=sid)
+        assert commits == 2
+        assert statements <= 27
+    sim.assert_script_done()
+
+
+def test_a_tool_turn_adds_only_intent_and_result_commits(counted: Server, sim: Simulator) -> None:
+    call = {"name": "session_search", "arguments": {"query": "nothing matches this"}}
+    sim.script([{"reply": {"tool_calls": [call]}}, {"reply": {"text": "none found"}}])
+    _, commits, statements = _turn(counted, stream=True)
+    sim.assert_script_done()
+    # Before the call, intent (the assistant's calls), the one result, after the call.
+    assert commits == 4
+    assert statements <= 40
