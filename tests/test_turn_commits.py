@@ -73,7 +73,7 @@ def test_a_text_turn_commits_twice(counted: Server, sim: Simulator, stream: bool
     for _ in range(2):
         _, commits, statements = _turn(counted, stream=stream, session=sid)
         assert commits == 2
-        assert statements <= 27
+        assert statements <= 28
     sim.assert_script_done()
 
 

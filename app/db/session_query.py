@@ -7,11 +7,12 @@ page's sessions), so a page of fifty sessions costs a handful of statements, not
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import bindparam, text
 from sqlmodel import Session, col, func, select
@@ -55,6 +56,24 @@ class MessageView:
     @property
     def tool_calls(self) -> list[dict[str, Any]]:
         return list(json.loads(self.row.tool_calls)) if self.row.tool_calls else []
+
+
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
+
+def _forgets_live(fn: _Fn) -> _Fn:
+    """The store keeps a session's live log in memory; these change live rows under it,
+    so it is dropped before (no stale read meanwhile) and after (none cached mid-way)."""
+
+    @functools.wraps(fn)
+    def wrapper(store: Store, *args: Any, session_id: str, **kwargs: Any) -> Any:
+        store.forget_live(session_id)
+        try:
+            return fn(store, *args, session_id=session_id, **kwargs)
+        finally:
+            store.forget_live(session_id)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def title_of(text_value: str | None) -> str:
@@ -214,6 +233,7 @@ def max_message_id(store: Store, *, session_id: str) -> int:
         return int(found or 0)
 
 
+@_forgets_live
 def retract_session(store: Store, *, session_id: str) -> None:
     """Hide a session from its owner: every row becomes retracted (active=0, compacted=0),
     which also keeps it out of full-text search, and the session is marked. Nothing is
@@ -238,6 +258,7 @@ def retract_session(store: Store, *, session_id: str) -> None:
         db.commit()
 
 
+@_forgets_live
 def purge_session(store: Store, *, session_id: str) -> None:
     """Hard-delete a session's transcript, turns, images, continuity index, todo list and
     stored responses.
@@ -269,6 +290,7 @@ def purge_session(store: Store, *, session_id: str) -> None:
         db.commit()
 
 
+@_forgets_live
 def retract_messages(
     store: Store, *, session_id: str, lease: str, first_id: int, last_id: int
 ) -> int:
@@ -294,6 +316,7 @@ def retract_messages(
         return int(getattr(changed, "rowcount", 0))
 
 
+@_forgets_live
 def delete_messages(
     store: Store, *, session_id: str, lease: str, first_id: int, last_id: int
 ) -> int:

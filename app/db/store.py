@@ -362,6 +362,10 @@ class Store:
             if rows is not None:
                 rows.extend(added)
 
+    def forget_live(self, session_id: str) -> None:
+        """Drop the kept live log: for other `app/db/` modules that change live rows."""
+        self._forget_live(session_id)
+
     def _forget_live(self, session_id: str) -> None:
         with self._live_lock:
             self._live.pop(session_id, None)
