@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit clean lock soak node-deps image-test browser-test
+.PHONY: install demo test lint typecheck unit clean lock soak soak-kill node-deps image-test browser-test
 
 # The terminal tool runs commands under bubblewrap: without `bwrap` the tool is not offered
 # and its sandbox tests fail, so a fresh Debian machine gets it here. A no-op once present.
@@ -44,6 +44,11 @@ typecheck: install
 unit: install node-deps
 	$(BIN)/python -m pytest -q
 
+# kill -9 soak (issue 13): 20 kills, each a server restart; prints its counts, exits 1 on
+# a lost row, an unrepaired transcript, a held lease or a replay that differs.
+soak-kill: install
+	$(BIN)/python benchmarks/soak_kill.py --kills 20
+
 # The JavaScript client tests (Vercel AI SDK) need node and their npm packages. Without
 # node they skip with that reason, so a machine without it still runs everything else.
 NODE_DIR := tests/node
@@ -59,7 +64,7 @@ node-deps:
 	  echo "node/npm not found: the JavaScript client tests (openai Node SDK, Vercel AI SDK) will skip; install nodejs and npm to run them"; \
 	fi
 
-test: lint typecheck unit
+test: lint typecheck unit soak-kill
 
 # Builds the image from a clean export of HEAD and checks it in podman (deploy/image-test.sh
 # says why each setup step exists). Installs podman, runc and debootstrap when missing.

@@ -47,8 +47,11 @@ def _serve(_args: argparse.Namespace) -> int:
     # httpx logs every upstream request at INFO: a formatted line per call on the event
     # loop that the per-turn line (`courier.turn`) already covers.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
-    uvicorn.run(
-        create_app(settings),
+    from app.drain import DrainingServer
+
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
         http=guarded_httptools_protocol(limits),
         host=settings.host,
         port=settings.port,
@@ -62,6 +65,8 @@ def _serve(_args: argparse.Namespace) -> int:
         access_log=False,
         log_config=None,
     )
+    # SIGTERM marks the turn manager draining: no new turns, cut-off ones `interrupted`.
+    DrainingServer(config, app).run()
     lock.release()
     return 0
 

@@ -70,6 +70,11 @@ class PriceOverrideConfig(BaseModel):
     """A flat-rate contract: calls cost nothing at the margin and report `included`."""
 
 
+BusyStrategy = Literal["reject", "enqueue", "interrupt", "steer"]
+"""What a message to a session whose turn is running does (app/routes/busy.py)."""
+DisconnectPolicy = Literal["cancel", "continue"]
+
+
 class Profile(BaseModel):
     """One agent profile: the model id clients see and the upstream that serves it."""
 
@@ -142,6 +147,22 @@ class Profile(BaseModel):
     """Continue the stored conversation a request without a session id resends."""
     prefill: bool | None = None
     """Continue a trailing assistant message; None = what the wire supports (Anthropic)."""
+    api_keys: tuple[SecretStr, ...] = ()
+    """More upstream keys beside `api_key`, rotated on rate-limit and auth failures."""
+    key_cooldown_s: float = Field(default=60.0, ge=0)
+    """How long a throttled key rests (a refused one ten times longer), unless the upstream
+    said how long with Retry-After."""
+    busy: BusyStrategy = "enqueue"
+    """Default `X-Courier-Busy`. Chat: `enqueue`; a voice profile wants `interrupt` (a
+    barge-in is a new user turn)."""
+    on_disconnect: DisconnectPolicy = "cancel"
+    """Default `X-Courier-On-Disconnect`: `continue` finishes a turn whose client left."""
+    fallback: tuple[str, ...] = ()
+    """Profiles to send the same request to, in order, when this one's upstream cannot
+    serve it (an outage, exhausted keys, an unknown model)."""
+    max_continuations: int = Field(default=2, ge=0, le=20)
+    """Follow-up calls that continue a text answer cut by the output token limit; past
+    them the turn ends `truncated` with `finish_reason: length`."""
     workspace_quota_bytes: int = Field(default=GiB, ge=0)
     """Bytes a session's workspace may hold; file writes past it are refused."""
     disk_reserve_bytes: int = Field(default=GiB, ge=0)
@@ -326,6 +347,14 @@ class Settings(BaseSettings):
     cache_strategy: Literal["planner", "naive", "none"] = "planner"
     upstream_retry_attempts: int = Field(default=3, ge=1, le=10)
     upstream_retry_base_delay_s: float = Field(default=2.0, ge=0)
+    max_continuations: int = Field(default=2, ge=0, le=20)
+    upstream_api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
+    """Default profile: more upstream keys, a JSON list or comma-separated."""
+    upstream_key_cooldown_s: float = Field(default=60.0, ge=0)
+    busy: BusyStrategy = "enqueue"
+    on_disconnect: DisconnectPolicy = "cancel"
+    fallback: Annotated[tuple[str, ...], NoDecode] = ()
+    """Default profile: fallback profile names, a JSON list or comma-separated."""
 
     tool_plugins: str = ""
     """Comma-separated `module:attribute` names of extra tools, imported once at startup."""
@@ -373,7 +402,9 @@ class Settings(BaseSettings):
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
         return tuple(sources)
 
-    @field_validator("cors_origins", "model_aliases", mode="before")
+    @field_validator(
+        "cors_origins", "model_aliases", "fallback", "upstream_api_keys", mode="before"
+    )
     @classmethod
     def _list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -427,6 +458,10 @@ class Settings(BaseSettings):
         names = [p.name for p in self.all_profiles()]
         if len(names) != len(set(names)):
             raise ValueError(f"profile names must be unique, got {names}")
+        for p in self.all_profiles():
+            unknown = [n for n in p.fallback if n not in names or n == p.name]
+            if unknown:
+                raise ValueError(f"profile {p.name}: fallback names unknown profiles {unknown}")
         if self.approvals.strip().lower() not in ("on", "off", "true", "false", "1", "0"):
             raise ValueError("COURIER_APPROVALS must be on or off")
         key_names = [k.name for k in self.keys]
@@ -459,6 +494,12 @@ class Settings(BaseSettings):
             max_iterations=self.max_iterations,
             retry_attempts=self.upstream_retry_attempts,
             retry_base_delay_s=self.upstream_retry_base_delay_s,
+            max_continuations=self.max_continuations,
+            fallback=self.fallback,
+            busy=self.busy,
+            on_disconnect=self.on_disconnect,
+            api_keys=self.upstream_api_keys,
+            key_cooldown_s=self.upstream_key_cooldown_s,
             terminal_backend=self.terminal_backend,
             network=self.tool_network,
             workspace_quota_bytes=self.workspace_quota_bytes,

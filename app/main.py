@@ -17,18 +17,23 @@ from fastapi.responses import JSONResponse
 from prometheus_client import start_http_server
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.agent.recovery import repair_interrupted_turns
 from app.agent.turns import TurnManager
 from app.config import Settings
 from app.db.approval_store import ApprovalStore
+from app.db.idempotency_store import IdempotencyStore
 from app.db.instance import holder_alive
+from app.db.key_store import KeyStateStore
 from app.db.stats import count_db_work
 from app.db.store import Store
+from app.durable_idempotency import DurableKeys
 from app.metrics import Metrics
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.limits import shutdown_worker
 from app.providers.base import Provider
 from app.providers.clients import UpstreamClients
-from app.providers.factory import DEFAULT_BASE_URLS, build_provider
+from app.providers.factory import DEFAULT_BASE_URLS, build_keyed_provider
+from app.providers.keyring import KeyStates
 from app.responses_serving import ResponsesServing
 from app.routes import approvals as approval_routes
 from app.routes import (
@@ -44,6 +49,7 @@ from app.routes import (
     usage,
 )
 from app.routes import metrics as metrics_routes
+from app.routes import turns as turn_routes
 from app.routes.cors import CorsMiddleware
 from app.routes.head import HeadAsGet
 from app.routes.request_log import RequestLogMiddleware
@@ -67,16 +73,16 @@ from app.tools.workspace import workspace_tools
 log = logging.getLogger(__name__)
 
 
-def build_providers(settings: Settings, clients: UpstreamClients) -> dict[str, Provider]:
+def build_providers(
+    settings: Settings, clients: UpstreamClients, key_states: KeyStates
+) -> dict[str, Provider]:
     providers: dict[str, Provider] = {}
     for profile in settings.all_profiles():
         base_url = profile.base_url or DEFAULT_BASE_URLS[profile.provider]
-        providers[profile.name] = build_provider(
-            profile.provider,
+        providers[profile.name] = build_keyed_provider(
+            profile,
+            key_states,
             base_url=base_url,
-            api_key=profile.api_key.get_secret_value() if profile.api_key else None,
-            cache_markers=profile.cache_markers,
-            timeout=profile.upstream_timeout_s,
             http_client=clients.for_url(base_url, timeout=profile.upstream_timeout_s),
         )
     return providers
@@ -115,6 +121,7 @@ def known_secrets(settings: Settings) -> list[str]:
     values = [settings.api_key, settings.admin_api_key, settings.metrics_api_key]
     values += [settings.upstream_api_key, settings.token_secret]
     values += [p.api_key for p in settings.profiles]
+    values += [k for p in settings.all_profiles() for k in p.api_keys]
     values += [k.key for k in settings.keys]
     return [v.get_secret_value() for v in values if v is not None]
 
@@ -128,13 +135,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # lock (app/db/instance.py), but a lease of a live holder must never be taken.
     if cleared := store.clear_dead_leases(holder_alive):
         log.warning("cleared %d turn lease(s) left by a previous process", cleared)
+    repair_interrupted_turns(store)
     metrics = Metrics()
     count_db_work(
         store.engine, on_commit=metrics.db_commits.inc, on_statement=metrics.db_statements.inc
     )
     turns = TurnManager(store, metrics, max_running=settings.max_concurrent_turns)
     clients = UpstreamClients(max_connections=settings.upstream_pool_size())
-    providers = build_providers(settings, clients)
+    providers = build_providers(settings, clients, KeyStateStore(store.engine))
     # Probed now rather than at the first command, so the startup log already says whether
     # the terminal tool is offered and, if not, why (a container without the options).
     await asyncio.to_thread(sandbox_status)
@@ -157,6 +165,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         providers=providers,
         metrics=metrics,
         approvals=approvals,
+        durable=DurableKeys(IdempotencyStore(store.engine)),
     )
     app.state.courier = AppState(
         settings=settings,
@@ -180,7 +189,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        await turns.shutdown()
+        await turns.shutdown(drain_s=settings.drain_timeout_s)
         for provider in providers.values():
             await provider.aclose()
         await clients.aclose()
@@ -228,6 +237,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(models.router)
     app.include_router(chat.router)
     app.include_router(sessions.router)
+    app.include_router(turn_routes.router)
     app.include_router(responses.router)
     app.include_router(capabilities.router)
     app.include_router(openapi.router)

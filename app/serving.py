@@ -22,6 +22,7 @@ from app.agent.cache_planner import StablePrefixRegistry
 from app.agent.compressor import Compressor
 from app.agent.continuity import VisibleMessage, chain, extend, scope_seed
 from app.agent.events import ClientToolCalls, TurnEvent, TurnFinished, TurnText
+from app.agent.fallback import Route
 from app.agent.loop import TurnContext
 from app.agent.projection import INTERRUPTED_RESULT, unanswered_calls
 from app.agent.prompt import build_prompt, stable_tier
@@ -63,6 +64,7 @@ from app.db.chat_store import (
 from app.db.models import SessionRow
 from app.db.session_query import is_retracted
 from app.db.store import NewMessage, Store
+from app.durable_idempotency import DurableKeys
 from app.metrics import Metrics
 from app.protocol.errors import ApiError
 from app.protocol.fields import ignored_fields, refuse_unsupported
@@ -167,10 +169,12 @@ class ChatServing:
         tools: ToolRegistry,
         providers: dict[str, Provider],
         metrics: Metrics,
+        durable: DurableKeys | None = None,
         approvals: ApprovalGate | None = None,
     ) -> None:
         self.approvals = approvals
         self.metrics = metrics
+        self.durable = durable
         self.prefixes = StablePrefixRegistry()
         self.compressor = Compressor(prefixes=self.prefixes)
         self.settings = settings
@@ -218,6 +222,9 @@ class ChatServing:
             handle = self._start_agent(request, principal, session_id, profile, conversation, fmt)
         if retry.key is not None:
             self.turns.remember(handle, principal.owner, retry.key, retry.digest)
+            if self.durable is not None:
+                owner, key, digest = principal.owner, retry.key, retry.digest
+                self.durable.started(handle, owner=owner, key=key, digest=digest)
         self.turns.remember_twin(handle, principal.owner, retry.digest)
         return StartedTurn(handle, handle.session_id, profile, ignored)
 
@@ -241,6 +248,11 @@ class ChatServing:
                     headers={"x-should-retry": "false"},
                 )
             return seen
+        if retry.key is not None and self.durable is not None:
+            owner, key = principal.owner, retry.key
+            if replayed := self.durable.replay(owner=owner, key=key, digest=retry.digest):
+                self.turns.remember(replayed, owner, key, retry.digest)
+                return replayed
         return self.turns.find_twin(principal.owner, retry.digest, marked_retry=retry.marked)
 
     @staticmethod
@@ -439,7 +451,7 @@ class ChatServing:
                 409,
                 "a turn is already running on this session",
                 code="session_busy",
-                headers={"Retry-After": "1"},
+                headers={"Retry-After": "1", "X-Session-Id": session_id},
             ) from None
 
     def _append(self, place: Placement, conversation: Conversation) -> None:
@@ -651,6 +663,13 @@ class ChatServing:
             tool_choice=choice,
             parallel_tool_calls=request.parallel_tool_calls,
             output_format=fmt,
+            fallbacks=self.fallback_routes(profile),
+        )
+
+    def fallback_routes(self, profile: Profile) -> tuple[Route, ...]:
+        return tuple(
+            Route(self.profiles[n], self.providers[n], price_override(self.profiles[n]))
+            for n in profile.fallback
         )
 
     # ------------------------------------------------------------------ relay turns

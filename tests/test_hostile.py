@@ -204,12 +204,15 @@ def test_second_turn_on_a_busy_session_is_409(server: Server, sim: Simulator, ma
 
     # The first turn is inside its tool call and holds the lease: both forms are refused.
     intruder = {"model": "courier", "messages": [{"role": "user", "content": "intruder one"}]}
-    busy = _error(_post(server, intruder, headers=server.headers(**{"X-Session-Id": sid})), 409)
+    reject = {"X-Courier-Busy": "reject"}  # the default profile would enqueue it
+    busy = _error(
+        _post(server, intruder, headers=server.headers(**{"X-Session-Id": sid, **reject})), 409
+    )
     assert busy["code"] == "session_busy"
     busy_stream = _post(
         server,
         {**intruder, "stream": True, "session_id": sid},
-        headers=server.headers(),
+        headers=server.headers(**reject),
     )
     assert busy_stream.headers["content-type"].startswith("application/json")
     assert _error(busy_stream, 409)["code"] == "session_busy"

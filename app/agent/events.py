@@ -19,6 +19,9 @@ ExitReason = Literal[
     "spend_limit",
     "internal_error",
     "invalid_output",
+    "truncated",
+    "empty_reply",
+    "interrupted",
 ]
 
 
@@ -105,6 +108,8 @@ class TurnFinished:
     error: TurnError | None = None
     tools_ran: int = 0
     """Server-side tool calls this turn executed: side effects a blind retry would repeat."""
+    routes: tuple[str, ...] = ()
+    """The profiles the turn went through when it fell back (first is the session's)."""
     kind: Literal["finished"] = "finished"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -25,10 +26,13 @@ from app.agent.events import (
     TurnReasoning,
     TurnText,
 )
+from app.agent.fallback import Route, fall_back
 from app.agent.ledger import CallSite, Timing
 from app.agent.ledger import record_call as record_call_at
 from app.agent.projection import project
 from app.agent.repair import close_unanswered_calls
+from app.agent.second_look import close_cut_calls, cut_calls, empty_reply_error, second_look
+from app.agent.steer import Mailbox, deliver_steers
 from app.agent.structured import REPAIR_NOTE, output_problem
 from app.agent.tool_step import BatchRunner, limit_parallel, repair_calls, split_calls
 from app.config import Profile
@@ -93,6 +97,10 @@ class TurnContext:
     parallel_tool_calls: bool | None = None
     output_format: OutputFormat | None = None
     """The client's `response_format`: the final answer is checked against it."""
+    fallbacks: tuple[Route, ...] = ()
+    """The profile's fallback chain still unused this turn, next first."""
+    mailbox: Mailbox = field(default_factory=Mailbox)
+    """Steering messages sent while the turn runs (see app/agent/steer.py)."""
     gate: ApprovalGate | None = None
     """Where calls that need a human wait; None refuses them (missing state means deny)."""
 
@@ -123,6 +131,8 @@ class TurnState:
     runner: BatchRunner | None = None
     overflow_retries: int = 0
     tools_ran: int = 0
+    routes: tuple[str, ...] = ()
+    """Profiles this turn went through, in order, once it fell back; else empty."""
 
     def tools(self, ctx: TurnContext) -> BatchRunner:
         """The turn's tool runner; one per turn so the spill budget spans its batches."""
@@ -163,6 +173,7 @@ class TurnState:
             iterations=self.iterations,
             error=error,
             tools_ran=self.tools_ran,
+            routes=self.routes,
         )
 
 
@@ -178,6 +189,10 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
             try:
                 reply = await call_model(ctx, state, final=final)
             except ProviderError as exc:
+                if (routed := fall_back(ctx, state, exc)) is not None:
+                    ctx = routed
+                    state.iterations -= 1  # the fallback gets a fair turn
+                    continue
                 if not exc.should_compress or state.overflow_retries >= OVERFLOW_RETRIES:
                     raise
                 # The provider says it does not fit: compact and retry, iteration refunded.
@@ -185,6 +200,15 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
                 state.iterations -= 1
                 await preflight(ctx, summariser(ctx, state), turn_start=False, force=True)
                 continue
+            looked = await second_look(
+                reply,
+                functools.partial(call_model, ctx, state, final=final),
+                max_continuations=ctx.profile.max_continuations,
+            )
+            if looked.empty:
+                error = empty_reply_error(side_effects=state.tools_ran > 0)
+                return state.finished("empty_reply", error=error)
+            reply = looked.reply
             calls = () if final else reply.tool_calls(f"call_{ctx.turn_id}_{state.iterations}")
             calls = repair_calls(
                 calls, ctx.tools, truncated=reply.finish == "length", client=ctx.client_tools
@@ -200,11 +224,25 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
             if final:
                 return state.finished("budget_exhausted", reply.finish)
             if not calls:
-                return state.finished("completed", reply.finish)
+                if deliver_steers(ctx):
+                    continue  # a message arrived while the model answered: answer it too
+                return state.finished(
+                    "truncated" if looked.truncated else "completed", reply.finish
+                )
+            calls = close_cut_calls(
+                ctx.store,
+                session_id=ctx.session_id,
+                lease=ctx.lease,
+                turn_id=ctx.turn_id,
+                calls=calls,
+                cut=cut_calls(reply, calls),
+            )
             server_calls, client_calls = split_calls(calls, ctx.client_tools)
             if server_calls:
                 state.tools_ran += len(server_calls)
                 await state.tools(ctx).run(server_calls)
+                if not client_calls:
+                    deliver_steers(ctx)  # after the batch, before the model reads its results
             if client_calls:
                 # The client runs these; its next request carries the results and
                 # continues this conversation where it stands now.
@@ -249,7 +287,12 @@ async def conform(
 
 
 async def call_model(
-    ctx: TurnContext, state: TurnState, *, final: bool, tail: tuple[Message, ...] = ()
+    ctx: TurnContext,
+    state: TurnState,
+    *,
+    final: bool,
+    tail: tuple[Message, ...] = (),
+    joined: bool = False,
 ) -> Reply:
     """One upstream call: build the request, stream it, record usage and cost."""
     checked = await preflight(ctx, summariser(ctx, state), turn_start=state.calls == 0)
@@ -260,7 +303,7 @@ async def call_model(
     started = time.monotonic()
     first_byte: float | None = None
     state.in_flight = Reply()
-    separate = state.emitted_text
+    separate = state.emitted_text and not joined  # a continuation goes on mid-sentence
     try:
         async for event in stream_with_retry(
             ctx.provider,

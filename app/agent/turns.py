@@ -13,9 +13,11 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
+from typing import Literal
 
 from app.agent.events import TurnError, TurnEvent, TurnFinished
 from app.agent.loop import TurnContext, run_turn
+from app.agent.steer import Mailbox
 from app.agent.turn_log import log_turn
 from app.db.instance import new_lease_token as new_lease_token
 from app.db.store import Store
@@ -69,6 +71,16 @@ class TurnHandle:
         self.outcome: TurnFinished | None = None
         self.delivered = False
         """A client received the whole answer: an identical request later is a new ask."""
+        self.on_disconnect: Literal["cancel", "continue"] = "cancel"
+        """`continue`: the turn outlives its client, events buffered for a reattach."""
+        self.on_close: list[Callable[[TurnHandle], None]] = []
+        """Run once the turn's last event is published (durable idempotency records it)."""
+        self.mailbox = Mailbox()
+        """Steering messages for the running turn; the turn's context shares it."""
+
+    def steer(self, text: str) -> asyncio.Future[None]:
+        """Queue a user message for the running turn; the future resolves once it is stored."""
+        return self.mailbox.put(text)
 
     @property
     def cancelled(self) -> bool:
@@ -82,10 +94,11 @@ class TurnHandle:
     def history(self) -> tuple[TurnEvent, ...]:
         return tuple(self._history)
 
-    def subscribe(self) -> asyncio.Queue[TurnEvent]:
-        """A queue of every event of the turn from its start, ending with `TurnFinished`."""
+    def subscribe(self, after: int = 0) -> asyncio.Queue[TurnEvent]:
+        """A queue of the turn's events after the first `after` (from its start by default),
+        ending with `TurnFinished`. An event's sequence number is its 1-based position."""
         queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
-        for event in self._history:
+        for event in self._history[after:]:
             queue.put_nowait(event)
         self._queues.append(queue)
         return queue
@@ -113,7 +126,7 @@ class TurnHandle:
         """The client went away. Without an idempotency key nobody can come back, so stop
         now; with one, wait briefly for a retry to reattach before cancelling. A turn a
         reattached retry still watches keeps running."""
-        if self._queues:
+        if self._queues or self.on_disconnect == "continue":
             return
         if self.idempotency is None:
             self.cancel()
@@ -137,6 +150,19 @@ class TurnManager:
         self._by_key: OrderedDict[tuple[str, str], TurnHandle] = OrderedDict()
         self._by_digest: OrderedDict[tuple[str, str], TurnHandle] = OrderedDict()
         self.running: dict[str, TurnHandle] = {}
+        self.draining = False
+        self.latest: OrderedDict[str, TurnHandle] = OrderedDict()
+        """Each session's newest turn, running or finished, for stop and event replay."""
+
+    def latest_for(self, session_id: str) -> TurnHandle | None:
+        return self.latest.get(session_id)
+
+    def _track(self, handle: TurnHandle) -> None:
+        self.running[handle.turn_id] = handle
+        self.latest[handle.session_id] = handle
+        self.latest.move_to_end(handle.session_id)
+        while len(self.latest) > MAX_REMEMBERED:
+            self.latest.popitem(last=False)
 
     def find_twin(self, owner: str, digest: str, *, marked_retry: bool) -> TurnHandle | None:
         """The turn an identical request of this principal started, if this one repeats it:
@@ -201,9 +227,10 @@ class TurnManager:
         handle = TurnHandle(turn_id, "")
         ctx = make_context(turn_id, handle.publish)
         handle.session_id = ctx.session_id
+        handle.mailbox = ctx.mailbox
         self.store.start_turn(session_id=ctx.session_id, lease=ctx.lease, turn_id=turn_id)
         handle.task = asyncio.create_task(self._run(ctx, handle, on_finish), name=turn_id)
-        self.running[turn_id] = handle
+        self._track(handle)
         return handle
 
     def start_task(
@@ -231,7 +258,7 @@ class TurnManager:
                 self._close(handle, finished)
 
         handle.task = asyncio.create_task(body(), name=turn_id)
-        self.running[turn_id] = handle
+        self._track(handle)
         return handle
 
     def _close(self, handle: TurnHandle, finished: TurnFinished | None) -> None:
@@ -239,6 +266,11 @@ class TurnManager:
         handle.outcome = finished
         if finished is not None:
             handle.publish(finished)
+        for hook in handle.on_close:
+            try:
+                hook(handle)
+            except Exception:
+                log.exception("turn %s: a close hook failed", handle.turn_id)
 
     async def _run(
         self, ctx: TurnContext, handle: TurnHandle, on_finish: OnFinish | None
@@ -253,6 +285,8 @@ class TurnManager:
         finally:
             self.metrics.in_flight.dec()
             self.running.pop(handle.turn_id, None)
+            if self.draining and finished is not None and finished.exit_reason == "cancelled":
+                finished = replace(finished, exit_reason="interrupted")  # nobody asked it to stop
             reason = finished.exit_reason if finished else "cancelled"
             self.metrics.turns.labels(ctx.profile.name, reason).inc()
             try:
@@ -286,7 +320,13 @@ class TurnManager:
             )
             self._close(handle, finished)
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, drain_s: float = 0.0) -> None:
+        """Let running turns finish for up to `drain_s`, then cancel the rest; a turn cut
+        off here ends `interrupted`, not `cancelled`: nobody asked it to stop."""
+        self.draining = True
+        tasks = [h.task for h in self.running.values() if h.task is not None]
+        if tasks and drain_s > 0:
+            await asyncio.wait(tasks, timeout=drain_s)
         handles = list(self.running.values())
         for handle in handles:
             handle.cancel()

@@ -192,6 +192,8 @@ class CourierUsage(BaseModel):
     reasoning_tokens: int
     upstream_calls: int
     cost: CourierCost
+    routes: list[str] = []
+    """The profiles the turn fell back through, in order; empty when it did not."""
 
 
 class UsageOut(BaseModel):

@@ -57,6 +57,7 @@ def usage_out(finished: TurnFinished) -> UsageOut:
             cache_write_tokens=usage.cache_write_tokens,
             reasoning_tokens=usage.reasoning_tokens,
             upstream_calls=finished.upstream_calls,
+            routes=list(finished.routes),
             cost=CourierCost(
                 amount_usd=str(cost.amount) if cost.amount is not None else None,
                 status=cost.status,

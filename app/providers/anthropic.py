@@ -31,7 +31,7 @@ from app.providers.base import (
     UserMessage,
     cache_control,
 )
-from app.providers.errors import classify_http_error, classify_stream_error, redact
+from app.providers.errors import PhraseTable, classify_http_error, classify_stream_error, redact
 from app.providers.usage import usage_from_anthropic
 
 # ---------------------------------------------------------------------------- request body
@@ -54,6 +54,18 @@ def _tool_input(arguments: str) -> dict[str, Any]:
         return {}
     return parsed if isinstance(parsed, dict) else {}
 
+
+PHRASES: PhraseTable = (
+    # Exhausted credit arrives as a plain 400 invalid_request_error: a bad request to the
+    # generic rules, yet another key or route would succeed.
+    ("credit balance is too low", "auth"),
+    ("overloaded_error", "overloaded"),
+    ("prompt is too long", "context_overflow"),
+    ("rate_limit_error", "rate_limited"),
+    ("authentication_error", "auth"),
+    ("permission_error", "auth"),
+)
+"""How the Messages API names faults the status alone does not tell apart."""
 
 INSTRUCTION_PREFIX = "[Instruction from the application, not the user]\n"
 GREETING_CUE = "[The conversation starts now: follow your instructions.]"
@@ -288,7 +300,7 @@ def map_sdk_error(exc: anthropic.AnthropicError, *, secret: str | None = None) -
     if isinstance(exc, anthropic.APIStatusError):
         if exc.status_code < 400:
             # An `event: error` frame inside a 200 stream: only its body knows what happened.
-            return classify_stream_error(exc.body, secret=secret)
+            return classify_stream_error(exc.body, secret=secret, phrases=PHRASES)
         body = exc.body
         if isinstance(body, str):
             body_text = body
@@ -296,7 +308,9 @@ def map_sdk_error(exc: anthropic.AnthropicError, *, secret: str | None = None) -
             body_text = json.dumps(body, default=str)
         else:
             body_text = exc.message
-        return classify_http_error(exc.status_code, body_text, exc.response.headers, secret=secret)
+        return classify_http_error(
+            exc.status_code, body_text, exc.response.headers, secret=secret, phrases=PHRASES
+        )
     if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
         return ProviderError("connection", redact(f"{type(exc).__name__}: {exc}", secret))
     return ProviderError("server_error", redact(f"{type(exc).__name__}: {exc}", secret))

@@ -233,6 +233,29 @@ class ProviderError(Exception):
     def should_compress(self) -> bool:
         return self.kind == "context_overflow"
 
+    @property
+    def should_rotate(self) -> bool:
+        """Another upstream key of the same profile may succeed (throttled or refused key)."""
+        return self.kind in ("rate_limited", "auth")
+
+    @property
+    def should_fall_back(self) -> bool:
+        """Another profile's route may succeed where this one cannot right now."""
+        return self.kind in (
+            "rate_limited",
+            "overloaded",
+            "server_error",
+            "connection",
+            "stream_dropped",
+            "auth",
+            "not_found",
+        )
+
+    @property
+    def give_up(self) -> bool:
+        """The request itself is refused: no retry, key or route changes that."""
+        return not (self.retryable or self.should_compress or self.should_fall_back)
+
 
 # ---------------------------------------------------------------------------- protocol
 

@@ -16,6 +16,11 @@ from typing import Any
 
 from app.providers.base import ErrorKind, ProviderError
 
+PhraseTable = tuple[tuple[str, ErrorKind], ...]
+"""(lower-case phrase, kind) pairs an adapter knows its upstream says; the first phrase
+found in an error body wins over the generic status rules. Each wire names faults its own
+way (Anthropic's exhausted credit is a plain 400), so only the adapter knows them."""
+
 RETRY_AFTER_CAP = 600.0
 """Seconds. A hostile or buggy upstream must not park a turn for hours."""
 
@@ -162,6 +167,7 @@ def classify_http_error(
     headers: Mapping[str, str],
     *,
     secret: str | None = None,
+    phrases: PhraseTable = (),
 ) -> ProviderError:
     """Classify a non-2xx upstream response. `secret` (the upstream key) is masked out."""
     try:
@@ -169,13 +175,17 @@ def classify_http_error(
     except ValueError:
         body = None
     error_type, code, message = _error_fields(body)
-    kind = _kind_for(status, error_type, code, body_text)
+    lowered = body_text.lower()
+    named = next((kind for phrase, kind in phrases if phrase in lowered), None)
+    kind = named or _kind_for(status, error_type, code, body_text)
     detail = redact((message or body_text).strip()[:_MESSAGE_LIMIT], secret)
     text = f"upstream returned {status} ({kind})" + (f": {detail}" if detail else "")
     return ProviderError(kind, text, status=status, retry_after=parse_retry_after(headers))
 
 
-def classify_stream_error(payload: Any, *, secret: str | None = None) -> ProviderError:
+def classify_stream_error(
+    payload: Any, *, secret: str | None = None, phrases: PhraseTable = ()
+) -> ProviderError:
     """Classify an error frame that arrived inside a 200 stream (OpenRouter, Anthropic).
 
     There is no HTTP status, so one is inferred: a numeric `code` (OpenRouter), else the
@@ -191,7 +201,7 @@ def classify_stream_error(payload: Any, *, secret: str | None = None) -> Provide
         lowered = body_text.lower()
         overflow = any(m in lowered for m in _CONTEXT_OVERFLOW_MARKERS)
         status = 400 if overflow else 500
-    error = classify_http_error(status, body_text, {}, secret=secret)
+    error = classify_http_error(status, body_text, {}, secret=secret, phrases=phrases)
     # The status was inferred, not received; don't report it as if the upstream sent it.
     error.status = None
     return error

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal, assert_never
+from typing import TYPE_CHECKING, Literal, assert_never
 
 import httpx
 
 from app.providers.anthropic import AnthropicProvider
 from app.providers.base import Provider
+from app.providers.keyring import KeyStates, RotatingProvider, fingerprint
 from app.providers.openai_chat import OpenAIChatProvider
+
+if TYPE_CHECKING:
+    from app.config import Profile
 
 ProviderKind = Literal["openai", "anthropic"]
 
@@ -45,3 +49,31 @@ def build_provider(
             return AnthropicProvider(base_url, api_key, timeout=timeout)
         case _:
             assert_never(kind)
+
+
+def build_keyed_provider(
+    profile: Profile,
+    key_states: KeyStates,
+    *,
+    base_url: str | None = None,
+    http_client: httpx.AsyncClient | None = None,
+) -> Provider:
+    """The profile's adapter; with several upstream keys, a ring that rotates past a
+    throttled or refused one (every key's adapter shares `http_client`)."""
+    keys = [k.get_secret_value() for k in (profile.api_key, *profile.api_keys) if k]
+    keys = list(dict.fromkeys(keys))  # one key listed twice is still one key
+
+    def one(key: str | None) -> Provider:
+        return build_provider(
+            profile.provider,
+            base_url=base_url or profile.base_url,
+            api_key=key,
+            cache_markers=profile.cache_markers,
+            timeout=profile.upstream_timeout_s,
+            http_client=http_client,
+        )
+
+    if len(keys) <= 1:
+        return one(keys[0] if keys else None)
+    keyed = [(fingerprint(key), one(key)) for key in keys]
+    return RotatingProvider(profile.name, keyed, key_states, cooldown_s=profile.key_cooldown_s)

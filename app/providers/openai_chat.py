@@ -40,10 +40,22 @@ from app.providers.base import (
     UserMessage,
     cache_control,
 )
-from app.providers.errors import classify_http_error, classify_stream_error, redact
+from app.providers.errors import PhraseTable, classify_http_error, classify_stream_error, redact
 from app.providers.usage import usage_from_openai
 
 log = logging.getLogger(__name__)
+
+PHRASES: PhraseTable = (
+    # An exhausted billing quota comes as 429 but no wait fixes it: another key might.
+    ("insufficient_quota", "auth"),
+    ("billing_hard_limit_reached", "auth"),
+    ("invalid_api_key", "auth"),
+    ("model_not_found", "not_found"),
+    ("context_length_exceeded", "context_overflow"),
+    ("tokens per min", "rate_limited"),
+    ("requests per min", "rate_limited"),
+)
+"""How OpenAI-compatible servers name faults the status alone does not tell apart."""
 
 # ---------------------------------------------------------------------------- request body
 
@@ -510,7 +522,11 @@ class OpenAIChatProvider:
             if response.status_code >= 300:
                 text = await self._read_error_body(response)
                 raise classify_http_error(
-                    response.status_code, text, response.headers, secret=self._api_key
+                    response.status_code,
+                    text,
+                    response.headers,
+                    secret=self._api_key,
+                    phrases=PHRASES,
                 )
             if "json" in response.headers.get("content-type", ""):
                 events = self._json_reply(response)
@@ -570,7 +586,7 @@ class OpenAIChatProvider:
         if not isinstance(body, dict):
             raise ProviderError("stream_dropped", "upstream sent a non-object JSON reply")
         if body.get("error"):
-            raise classify_stream_error(body, secret=self._api_key)
+            raise classify_stream_error(body, secret=self._api_key, phrases=PHRASES)
         for event in completion_events(body):
             yield event
 
@@ -586,7 +602,7 @@ class OpenAIChatProvider:
             log.warning("skipping unparseable stream chunk (%d bytes)", len(sse.data))
             return {}
         if sse.event == "error" or (isinstance(chunk, dict) and chunk.get("error")):
-            raise classify_stream_error(chunk, secret=self._api_key)
+            raise classify_stream_error(chunk, secret=self._api_key, phrases=PHRASES)
         return chunk if isinstance(chunk, dict) else {}
 
     @staticmethod

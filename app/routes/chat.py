@@ -33,6 +33,14 @@ from app.protocol.render import (
     tool_event_payload,
 )
 from app.providers.base import ToolCall
+from app.routes.busy import (
+    Steered,
+    busy_strategy,
+    disconnect_policy,
+    start_when_free,
+    steer_text,
+    steered_response,
+)
 from app.routes.deps import PrincipalDep, StateDep, read_limited_body, turn_slot
 from app.routes.event_stream import EventSourceResponse, ServerSentEvent
 from app.serving import Retry
@@ -79,13 +87,25 @@ async def chat_completions(request: Request, state: StateDep, principal: Princip
             "this token is bound to one session; send its id in X-Session-Id",
             code="token_session_mismatch",
         )
+    profile = state.chat.resolve_profile(chat.model)
+    strategy = busy_strategy(request, profile)
+    on_disconnect = disconnect_policy(request, profile)
     slot = turn_slot(state, principal)
     try:
-        started = state.chat.start(chat, principal, session_id, retry=retry_of(request, body))
+        started = await start_when_free(
+            state,
+            lambda: state.chat.start(chat, principal, session_id, retry=retry_of(request, body)),
+            strategy,
+            steer_text(chat) if strategy == "steer" else None,
+        )
     except BaseException:
         slot.release()
         raise
+    if isinstance(started, Steered):
+        slot.release()  # the message joined a turn that already holds its own slot
+        return steered_response(started)
     slot.bind(started.handle.task)
+    started.handle.on_disconnect = on_disconnect
     headers = {"X-Session-Id": started.session_id}
     if started.ignored:
         headers["X-Courier-Ignored"] = ", ".join(started.ignored)
