@@ -203,7 +203,11 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
             looked = await second_look(
                 reply,
                 functools.partial(call_model, ctx, state, final=final),
-                max_continuations=ctx.profile.max_continuations,
+                # A cut at the client's own output limit is the answer it asked for;
+                # only the profile's default limit is worth continuing past.
+                max_continuations=0
+                if ctx.sampling.max_tokens is not None
+                else ctx.profile.max_continuations,
             )
             if looked.empty:
                 error = empty_reply_error(side_effects=state.tools_ran > 0)
