@@ -2,7 +2,7 @@
 
 uvicorn has a keep-alive timeout for idle connections but no deadline on reading a request:
 1,200 half-sent request heads and 200 trickling bodies stayed open indefinitely (descriptors
-11 -> 1,210), and any byte received cancels its keep-alive timer. This subclass of its h11
+11 -> 1,210), and any byte received cancels its keep-alive timer. This subclass of its httptools
 protocol adds the deadlines a reverse proxy would (nginx's client_header_timeout and
 client_body_timeout) and refuses a peer's connections past a cap, so one client cannot
 exhaust the process's descriptors. Past a deadline the connection is simply closed: the
@@ -14,10 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
@@ -30,77 +27,6 @@ class ConnectionLimits:
     max_per_ip: int = 64
     """Open connections one peer address may hold; 0 = no cap (behind a reverse proxy every
     client has the proxy's address)."""
-
-
-def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
-    """An H11Protocol class enforcing `limits`, for `uvicorn.run(http=...)`."""
-    open_by_ip: Counter[str] = Counter()
-
-    class GuardedH11Protocol(H11Protocol):
-        _deadline: asyncio.TimerHandle | None = None
-        _phase = "head"
-        _peer: str | None = None
-        dropped = 0
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            peer = self.client[0] if self.client else None
-            if peer is not None:
-                open_by_ip[peer] += 1
-                self._peer = peer
-                if limits.max_per_ip and open_by_ip[peer] > limits.max_per_ip:
-                    transport.abort()
-                    return
-            self._arm(limits.header_timeout_s)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            if self._peer is not None:
-                open_by_ip[self._peer] -= 1
-                if open_by_ip[self._peer] <= 0:
-                    del open_by_ip[self._peer]
-                self._peer = None
-            super().connection_lost(exc)
-
-        def data_received(self, data: bytes) -> None:
-            if self._phase == "idle":
-                # The first byte of the next request on a kept-alive connection: uvicorn
-                # cancels its idle timer here, so the head deadline takes over.
-                self._phase = "head"
-                self._arm(limits.header_timeout_s)
-            super().data_received(data)
-            self._follow_state()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if self.conn.their_state is h11.IDLE:
-                self._phase = "idle"  # uvicorn's keep-alive timer owns idle time
-                self._disarm()
-
-        def _follow_state(self) -> None:
-            state: Any = self.conn.their_state
-            if state is h11.SEND_BODY and self._phase == "head":
-                self._phase = "body"
-                self._arm(limits.body_timeout_s)
-            elif state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR):
-                self._phase = "served"
-                self._disarm()
-
-        def _arm(self, delay: float) -> None:
-            self._disarm()
-            self._deadline = self.loop.call_later(delay, self._too_slow)
-
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-
-        def _too_slow(self) -> None:
-            self._deadline = None
-            if not self.transport.is_closing():
-                self.transport.abort()
-
-    return GuardedH11Protocol
 
 
 def guarded_httptools_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
