@@ -16,51 +16,15 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from app.tools.cgroups import cgroup_candidates, read_text
 
 log = logging.getLogger(__name__)
 
 _PREFIX = "courier-mem-"
 _names = itertools.count()
-
-
-def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace")
-
-
-def _own_paths() -> dict[str, str]:
-    found: dict[str, str] = {}
-    for line in _read(Path("/proc/self/cgroup")).splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3:
-            for controller in parts[1].split(",") if parts[1] else [""]:
-                found[controller] = parts[2]
-    return found
-
-
-def _candidates() -> Iterator[tuple[Path, int]]:
-    """(our directory, cgroup version) in each mounted hierarchy offering `memory`."""
-    ours = _own_paths()
-    for line in _read(Path("/proc/self/mountinfo")).splitlines():
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) < 5 or len(tail) < 3:
-            continue
-        fstype, superopts = tail[0], tail[2].split(",")
-        if fstype == "cgroup" and "memory" in superopts:
-            key, version = "memory", 1
-        elif fstype == "cgroup2":
-            key, version = "", 2
-        else:
-            continue
-        if key not in ours:
-            continue
-        rel = os.path.relpath(ours[key], fields[3])
-        if rel.startswith(".."):
-            continue
-        yield Path(fields[4].replace("\\040", " ")) / rel, version
 
 
 def _limit_file(version: int) -> str:
@@ -70,7 +34,7 @@ def _limit_file(version: int) -> str:
 def _usable(directory: Path, version: int) -> bool:
     if version == 2:
         try:
-            if "memory" not in _read(directory / "cgroup.subtree_control").split():
+            if "memory" not in read_text(directory / "cgroup.subtree_control").split():
                 (directory / "cgroup.subtree_control").write_text("+memory")
         except OSError:
             return False
@@ -93,7 +57,7 @@ def _usable(directory: Path, version: int) -> bool:
 def memory_cgroup_parent() -> tuple[Path, int] | None:
     """Where per-command memory cgroups can be made, and the cgroup version; or None."""
     try:
-        candidates = list(_candidates())
+        candidates = list(cgroup_candidates("memory"))
     except OSError:
         return None
     for directory, version in candidates:
@@ -150,7 +114,7 @@ class MemoryCgroup:
         """Whether the kernel killed a process here for reaching the limit."""
         name = "memory.oom_control" if self.version == 1 else "memory.events"
         try:
-            text = _read(self.path / name)
+            text = read_text(self.path / name)
         except OSError:
             return False
         for line in text.splitlines():
@@ -170,7 +134,7 @@ class MemoryCgroup:
             except OSError:
                 # Tasks still exiting, or charged pages being reparented: retry shortly.
                 with contextlib.suppress(OSError):
-                    for pid in _read(self.procs).split():
+                    for pid in read_text(self.procs).split():
                         os.kill(int(pid), 9)
                 time.sleep(0.01)
         log.warning("memory cgroup %s could not be removed", self.path)

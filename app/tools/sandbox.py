@@ -58,6 +58,7 @@ from app.security.egress import (
     bridge_python,
     proxy_env,
 )
+from app.tools.cgroups import cgroup_candidates, read_text
 from app.tools.memory_cgroup import MemoryCgroup
 
 log = logging.getLogger(__name__)
@@ -613,51 +614,10 @@ _cgroup_names = itertools.count()
 _CGROUP_PREFIX = "courier-sandbox-"
 
 
-def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace")
-
-
-def _own_cgroups() -> dict[str, str]:
-    """Controller ("" for cgroup v2) -> this process's cgroup path in that hierarchy."""
-    found: dict[str, str] = {}
-    for line in _read(Path("/proc/self/cgroup")).splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3:
-            for controller in parts[1].split(",") if parts[1] else [""]:
-                found[controller] = parts[2]
-    return found
-
-
-def _pids_candidates() -> Iterator[tuple[Path, int]]:
-    """(our cgroup directory, version) in every mounted hierarchy with a pids controller."""
-    ours = _own_cgroups()
-    for line in _read(Path("/proc/self/mountinfo")).splitlines():
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) < 5 or len(tail) < 3:
-            continue
-        fstype, superopts = tail[0], tail[2].split(",")
-        if fstype == "cgroup" and "pids" in superopts:
-            key, version = "pids", 1
-        elif fstype == "cgroup2":
-            key, version = "", 2
-        else:
-            continue
-        if key not in ours:
-            continue
-        # The mount may show a subtree (a container's cgroup namespace or bind): our path
-        # is relative to the mount's root, not to the hierarchy's.
-        rel = os.path.relpath(ours[key], fields[3])
-        if rel.startswith(".."):
-            continue
-        mountpoint = fields[4].replace("\\040", " ")
-        yield Path(mountpoint) / rel, version
-
-
 def _usable_pids_parent(directory: Path, version: int) -> bool:
     if version == 2:
         try:
-            enabled = _read(directory / "cgroup.subtree_control").split()
+            enabled = read_text(directory / "cgroup.subtree_control").split()
             if "pids" not in enabled:
                 # Refused (EBUSY) when processes live here, which cgroup v2 forbids beside
                 # enabled controllers except at the root: then v2 is simply not usable.
@@ -696,7 +656,7 @@ def _sweep_stale(directory: Path) -> None:
 def pids_cgroup_parent() -> Path | None:
     """Where per-command pids cgroups can be made, or None (not root, no delegation)."""
     try:
-        candidates = list(_pids_candidates())
+        candidates = list(cgroup_candidates("pids"))
     except OSError:
         return None
     for directory, version in candidates:
@@ -745,7 +705,7 @@ class _PidsCgroup:
                 kill_file.write_text("1")
         for _ in range(200):
             try:
-                pids = [int(p) for p in _read(self.procs).split()]
+                pids = [int(p) for p in read_text(self.procs).split()]
             except OSError:
                 return
             if not pids:
@@ -768,7 +728,7 @@ def _count_own_tasks() -> int:
         if not entry.name.isdigit():
             continue
         try:
-            status = _read(Path(entry.path) / "status")
+            status = read_text(Path(entry.path) / "status")
         except OSError:
             continue  # exited meanwhile
         fields = {}
