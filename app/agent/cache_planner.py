@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from app.providers.base import (
@@ -45,21 +45,64 @@ def transaction_endpoints(messages: Sequence[Message]) -> list[int]:
     is never one (envelope routes silently drop markers there), and neither is a message
     with no text (a marker needs a non-empty block to sit on).
     """
-    endpoints: list[int] = []
-    open_calls: set[str] = set()
-    for index, message in enumerate(messages):
-        match message:
-            case AssistantMessage(tool_calls=calls) if calls:
-                open_calls = {call.id for call in calls}
-            case ToolResultMessage(tool_call_id=call_id):
-                open_calls.discard(call_id)
-                if not open_calls and message.content:
-                    endpoints.append(index)
-            case AssistantMessage() | UserMessage():
-                open_calls = set()
-                if message.content:
-                    endpoints.append(index)
-    return endpoints
+    scan = EndpointScan()
+    scan.feed(messages, 0, len(messages))
+    return scan.endpoints
+
+
+@dataclass(slots=True)
+class EndpointScan:
+    """`transaction_endpoints` as a fold that can be resumed where it stopped."""
+
+    endpoints: list[int] = field(default_factory=list)
+    open_calls: set[str] = field(default_factory=set)
+
+    def feed(self, messages: Sequence[Message], start: int, stop: int) -> None:
+        endpoints = self.endpoints
+        for index in range(start, stop):
+            message = messages[index]
+            match message:
+                case AssistantMessage(tool_calls=calls) if calls:
+                    self.open_calls = {call.id for call in calls}
+                case ToolResultMessage(tool_call_id=call_id):
+                    self.open_calls.discard(call_id)
+                    if not self.open_calls and message.content:
+                        endpoints.append(index)
+                case AssistantMessage() | UserMessage():
+                    self.open_calls = set()
+                    if message.content:
+                        endpoints.append(index)
+
+    def tail(self, keep: int) -> EndpointScan:
+        """A copy holding only the last `keep` endpoints (all the planner can use)."""
+        return EndpointScan(self.endpoints[-keep:] if keep else [], set(self.open_calls))
+
+
+@dataclass(slots=True)
+class PlanMemo:
+    """What the planner learnt about a message list that only grows (a leased session's
+    live projection), so a long session is not rescanned from its start on every call.
+
+    Only the first `stable` messages a caller declares are remembered; everything after
+    them (synthesised results, the final-answer note, a repair tail) is scanned afresh.
+    The memo proves it still describes the list by holding the last message it saw: a
+    rebuilt projection has new message objects, so a stale memo starts over.
+    """
+
+    scanned: int = 0
+    last: Message | None = None
+    endpoints: EndpointScan = field(default_factory=EndpointScan)
+    registry_version: int = -1
+    prefix_scanned: int = 0
+    prefix_hit: int | None = None
+
+    def catch_up(self, messages: Sequence[Message], stable: int) -> None:
+        if self.scanned > stable or (self.scanned and messages[self.scanned - 1] is not self.last):
+            self.scanned, self.endpoints = 0, EndpointScan()
+            self.prefix_scanned, self.prefix_hit = 0, None
+        self.endpoints.feed(messages, self.scanned, stable)
+        self.scanned = stable
+        self.last = messages[stable - 1] if stable else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +126,13 @@ def plan_cache(
     stable_len: int | None,
     messages: Sequence[Message],
     prefixes: StablePrefixRegistry | None = None,
+    memo: PlanMemo | None = None,
+    stable: int = 0,
 ) -> CachePlan:
-    """Mark up a request. `stable_len` is the proven end of the stable tier, if any."""
+    """Mark up a request. `stable_len` is the proven end of the stable tier, if any.
+
+    `memo` remembers the scans over `messages[:stable]` between calls; the plan is the
+    same with or without it."""
     system: list[SystemBlock] = []
     if stable_len:
         rest = system_prompt[stable_len:].lstrip("\n")
@@ -95,9 +143,18 @@ def plan_cache(
         system.append(SystemBlock(system_prompt, cache=True))
     budget = MAX_BREAKPOINTS - len(system)
     out = list(messages)
-    if prefixes is not None:
-        budget -= _split_registered_prefixes(out, prefixes, budget)
-    for index in transaction_endpoints(out)[::-1][: max(budget, 0)]:
+    if memo is None:
+        if prefixes is not None:
+            budget -= _split_registered_prefixes(out, prefixes, budget)
+        endpoints = transaction_endpoints(out)
+    else:
+        memo.catch_up(out, stable)
+        if prefixes is not None:
+            budget -= _split_remembered_prefixes(out, prefixes, budget, memo, stable)
+        scan = memo.endpoints.tail(MAX_BREAKPOINTS)
+        scan.feed(out, stable, len(out))
+        endpoints = scan.endpoints
+    for index in endpoints[::-1][: max(budget, 0)]:
         out[index] = replace(out[index], cache=True)
     return CachePlan(system=tuple(system), messages=tuple(out))
 
@@ -112,6 +169,8 @@ def apply_strategy(
     stable_len: int | None,
     messages: Sequence[Message],
     prefixes: StablePrefixRegistry | None = None,
+    memo: PlanMemo | None = None,
+    stable: int = 0,
 ) -> CachePlan:
     """The planner, or a baseline kept for benchmarks and for routes without caching:
     `none` sends no markers, `naive` marks the last four non-empty messages."""
@@ -121,6 +180,8 @@ def apply_strategy(
             stable_len=stable_len,
             messages=messages,
             prefixes=prefixes,
+            memo=memo,
+            stable=stable,
         )
     system = (SystemBlock(system_prompt),) if system_prompt else ()
     out = list(messages)
@@ -145,6 +206,36 @@ def _split_registered_prefixes(
     return 0
 
 
+def _split_remembered_prefixes(
+    messages: list[Message],
+    prefixes: StablePrefixRegistry,
+    budget: int,
+    memo: PlanMemo,
+    stable: int,
+) -> int:
+    """`_split_registered_prefixes` resumed from the memo: a message the registry did not
+    match cannot match later while the registry holds the same prefixes (its version)."""
+    if budget < 2:
+        return 0
+    if memo.registry_version != prefixes.version:
+        memo.registry_version, memo.prefix_scanned, memo.prefix_hit = prefixes.version, 0, None
+    if memo.prefix_hit is None:
+        for index in range(memo.prefix_scanned, stable):
+            message = messages[index]
+            if isinstance(message, UserMessage) and prefixes.lookup(message.content):
+                memo.prefix_hit = index
+                break
+        else:
+            memo.prefix_scanned = stable
+    first = memo.prefix_hit if memo.prefix_hit is not None else stable
+    for index in range(first, len(messages)):
+        message = messages[index]
+        if isinstance(message, UserMessage) and (n := prefixes.lookup(message.content)):
+            messages[index] = replace(message, prefix_cache_at=n)
+            return 1
+    return 0
+
+
 class StablePrefixRegistry:
     """Where machine-built messages' stable scaffolds end, declared by their builders.
 
@@ -162,6 +253,8 @@ class StablePrefixRegistry:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[str, str] = OrderedDict()
         self._bytes = 0
+        self.version = 0
+        """Changes whenever the set of prefixes does (a lookup's answer depends on it)."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -179,6 +272,7 @@ class StablePrefixRegistry:
             return
         self._entries[key] = prefix
         self._bytes += len(prefix.encode())
+        self.version += 1
         while len(self._entries) > 1 and (
             len(self._entries) > self.max_entries or self._bytes > self.max_bytes
         ):

@@ -4,14 +4,12 @@ observation after it. Kept out of the loop so the loop reads like the idea."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.agent.compressor import Summariser, observe_response, threshold_tokens
 from app.agent.prompt import recover_stable_boundary
 from app.config import Profile
-from app.db.chat_store import StoredImage, session_images
 from app.db.models import SessionRow
 from app.db.store import StoredMessage
 from app.providers.usage import Usage
@@ -36,8 +34,6 @@ class Preflight:
     session: SessionRow
     rows: list[StoredMessage]
     """The live log the request is projected from, read once per upstream call."""
-    images: Mapping[str, StoredImage] = field(default_factory=dict)
-    """The session's stored images, read only when a live row refers to one."""
     stable_len: int | None = None
     """Proven end of the stable tier in `session.system_prompt` (None: no marker there)."""
 
@@ -50,10 +46,8 @@ class Preflight:
 def _checked(
     ctx: TurnContext, rough: int, session: SessionRow, rows: list[StoredMessage]
 ) -> Preflight:
-    store = ctx.store
-    images = session_images(store, session_id=session.id) if any(r.images for r in rows) else {}
     stable_len = recover_stable_boundary(session.system_prompt, ctx.stable_tier)
-    return Preflight(rough, session, rows, images, stable_len)
+    return Preflight(rough, session, rows, stable_len)
 
 
 async def preflight(

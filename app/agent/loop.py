@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.agent.accumulate import Reply, accumulate
 from app.agent.budget import SpendGuard
-from app.agent.cache_planner import StablePrefixRegistry, apply_strategy, effective_ttl
+from app.agent.cache_planner import StablePrefixRegistry, effective_ttl
 from app.agent.compressor import OVERFLOW_RETRIES, Compressor, Summariser, SummarySkipped
 from app.agent.context_window import Preflight, observe, preflight
 from app.agent.events import (
@@ -29,7 +29,7 @@ from app.agent.events import (
 from app.agent.fallback import Route, fall_back
 from app.agent.ledger import CallSite, Timing
 from app.agent.ledger import record_call as record_call_at
-from app.agent.projection import project
+from app.agent.live_projection import projections_for
 from app.agent.repair import close_unanswered_calls
 from app.agent.second_look import close_cut_calls, cut_calls, empty_reply_error, second_look
 from app.agent.steer import Mailbox, deliver_steers
@@ -381,16 +381,19 @@ def build_request(
     tail: tuple[Message, ...] = (),
     tool_choice: ToolChoice = "auto",
 ) -> ModelRequest:
-    messages = project(checked.rows, checked.images)
+    projections = projections_for(ctx.store)
+    projected = projections.project(ctx.session_id, checked.rows)
+    messages = projected.messages
     if final and not tail:
         # Appended after the cached prefix, so the last call costs no cache break.
         messages = (*messages, UserMessage(FINAL_ANSWER_NOTE))
     messages = (*messages, *tail)
-    plan = apply_strategy(
-        ctx.profile.cache_strategy,
+    plan = projections.plan(
+        projected,
+        messages,
+        strategy=ctx.profile.cache_strategy,
         system_prompt=checked.prompt,
         stable_len=checked.stable_len,
-        messages=messages,
         prefixes=ctx.prefixes,
     )
     return ModelRequest(

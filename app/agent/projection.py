@@ -8,7 +8,8 @@ the next non-tool message, because providers reject anything else with a 400.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from app.db.chat_store import StoredImage
 from app.db.store import StoredMessage
@@ -40,11 +41,12 @@ def _calls(row: StoredMessage) -> tuple[ToolCall, ...]:
     )
 
 
-def _close(open_calls: dict[str, ToolCall], out: list[Message]) -> None:
-    """Synthesise results for calls still open when the transaction ends."""
-    for call in open_calls.values():
-        out.append(ToolResultMessage(call.id, call.name, INTERRUPTED_RESULT, is_error=True))
-    open_calls.clear()
+def _closing(open_calls: Mapping[str, ToolCall]) -> list[Message]:
+    """Synthesised results for calls still open when the transaction ends."""
+    return [
+        ToolResultMessage(call.id, call.name, INTERRUPTED_RESULT, is_error=True)
+        for call in open_calls.values()
+    ]
 
 
 def _images(row: StoredMessage, images: Mapping[str, StoredImage]) -> tuple[Image, ...]:
@@ -52,30 +54,53 @@ def _images(row: StoredMessage, images: Mapping[str, StoredImage]) -> tuple[Imag
     return tuple(Image(i.media_type, i.data, i.url) for i in found if i is not None)
 
 
+@dataclass(slots=True)
+class Fold:
+    """`project` as a left fold that can be resumed: the state after a prefix of the log.
+
+    The log only grows between rewrites, so a leased session's projection is extended
+    row by row instead of rebuilt (see app/agent/live_projection.py). `messages` holds
+    only what later rows cannot change; the results synthesised for calls still open at
+    the end are added by `result`, because the next row may answer them.
+    """
+
+    messages: list[Message] = field(default_factory=list)
+    open_calls: dict[str, ToolCall] = field(default_factory=dict)
+
+    def feed(
+        self, rows: Iterable[StoredMessage], images: Mapping[str, StoredImage] | None = None
+    ) -> None:
+        out = self.messages
+        for row in rows:
+            if row.role == "tool":
+                call = self.open_calls.pop(row.tool_call_id or "", None)
+                if call is None:
+                    continue  # a result for no open call would be rejected upstream
+                out.append(ToolResultMessage(call.id, call.name, _text(row), is_error=row.is_error))
+                continue
+            if self.open_calls:
+                out += _closing(self.open_calls)
+                self.open_calls = {}
+            if row.role == "user":
+                pictures = _images(row, images) if row.images and images else ()
+                out.append(UserMessage(content=_text(row), images=pictures))
+            elif row.role == "system":
+                out.append(UserMessage(content=_text(row), instruction=True))
+            elif row.role == "assistant":
+                calls = _calls(row)
+                out.append(AssistantMessage(content=_text(row) or None, tool_calls=calls))
+                self.open_calls = {call.id: call for call in calls}
+
+    def result(self) -> tuple[Message, ...]:
+        return (*self.messages, *_closing(self.open_calls))
+
+
 def project(
     rows: Sequence[StoredMessage], images: Mapping[str, StoredImage] | None = None
 ) -> tuple[Message, ...]:
-    out: list[Message] = []
-    open_calls: dict[str, ToolCall] = {}
-    for row in rows:
-        if row.role == "tool":
-            call = open_calls.pop(row.tool_call_id or "", None)
-            if call is None:
-                continue  # a result for no open call would be rejected upstream
-            out.append(ToolResultMessage(call.id, call.name, _text(row), is_error=row.is_error))
-            continue
-        _close(open_calls, out)
-        if row.role == "user":
-            pictures = _images(row, images) if row.images and images else ()
-            out.append(UserMessage(content=_text(row), images=pictures))
-        elif row.role == "system":
-            out.append(UserMessage(content=_text(row), instruction=True))
-        elif row.role == "assistant":
-            calls = _calls(row)
-            out.append(AssistantMessage(content=_text(row) or None, tool_calls=calls))
-            open_calls = {call.id: call for call in calls}
-    _close(open_calls, out)
-    return tuple(out)
+    fold = Fold()
+    fold.feed(rows, images)
+    return fold.result()
 
 
 def unanswered_calls(rows: Sequence[StoredMessage]) -> list[tuple[str, str]]:

@@ -9,12 +9,14 @@ contract) and must survive streams the SDK's models reject.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import os
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -230,6 +232,42 @@ def encode_body(body: dict[str, Any]) -> bytes:
         # orjson refuses integers past 64 bits, which json accepts: fall back rather than
         # fail a turn over an exotic tool schema.
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+FRAGMENTS_KEPT = 16_384
+"""Encoded messages remembered (least recently used go): a long session's body is
+mostly messages already encoded for its previous call."""
+
+
+@functools.lru_cache(maxsize=FRAGMENTS_KEPT)
+def _fragment(message: Message, cache_markers: bool, ttl: str) -> bytes:
+    # Keyed by value (messages are frozen): a message equal to one already encoded has
+    # the same bytes, so a stale entry cannot exist.
+    return orjson.dumps(_message(message, cache_markers=cache_markers, ttl=ttl))
+
+
+def encode_chat_body(request: ModelRequest, *, cache_markers: bool = False) -> bytes:
+    """`encode_body(build_chat_body(request))`, without re-encoding every message.
+
+    The messages are spliced into the encoded envelope as remembered fragments; compact
+    JSON of a list is its items' encodings joined by commas, so the bytes are the same.
+    """
+    try:
+        shell = build_chat_body(replace(request, messages=()), cache_markers=cache_markers)
+        parts = [orjson.dumps(m) for m in shell["messages"]]
+        parts += [_fragment(m, cache_markers, request.cache_ttl) for m in request.messages]
+        rest = orjson.dumps({k: v for k, v in shell.items() if k not in ("model", "messages")})
+        head = orjson.dumps({"model": shell["model"]})[:-1]
+    except TypeError:
+        return encode_body(build_chat_body(request, cache_markers=cache_markers))
+    tail = b"]," + rest[1:] if rest != b"{}" else b"]}"
+    return b"".join((head, b',"messages":[', b",".join(parts), tail))
+
+
+def _check_body(request: ModelRequest, body: bytes, *, cache_markers: bool) -> None:
+    full = encode_body(build_chat_body(request, cache_markers=cache_markers))
+    if body != full:
+        raise AssertionError("the spliced upstream body differs from a full encode")
 
 
 # ---------------------------------------------------------------------------- SSE parsing
@@ -510,7 +548,10 @@ class OpenAIChatProvider:
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
-        body = encode_body(build_chat_body(request, cache_markers=self._cache_markers))
+        body = encode_chat_body(request, cache_markers=self._cache_markers)
+        if os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1":
+            # Tests: the spliced body must equal a full build and encode of the request.
+            _check_body(request, body, cache_markers=self._cache_markers)
         http_request = self._client.build_request(
             "POST", self._url, content=body, headers=self._headers
         )

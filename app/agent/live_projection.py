@@ -1,0 +1,170 @@
+"""A leased session's projection, kept in memory and extended instead of rebuilt.
+
+Rebuilding the provider-neutral request from the whole live log before every upstream
+call made a turn's CPU grow with the session (about 40 µs per turn already in it). The
+store keeps each recently used session's live log as a list that only grows between
+rewrites; when it is rewritten (a compaction, a prune, a retraction, a fresh load after
+it was forgotten) its rows are new objects. So the kept projection proves it still
+describes the log by holding the last row it folded: the same object at the same index
+means the same prefix, anything else means a rebuild from the rows given.
+
+With `COURIER_VERIFY_LIVE_LOG=1` (the test suite) every call is compared with a full
+reprojection from a fresh database read and raises on any difference, so a missed
+invalidation fails the test that caused it instead of sending a wrong transcript.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from weakref import WeakKeyDictionary
+
+from app.agent.cache_planner import (
+    CachePlan,
+    CacheStrategy,
+    PlanMemo,
+    StablePrefixRegistry,
+    apply_strategy,
+)
+from app.agent.projection import Fold, project
+from app.db.chat_store import StoredImage, session_images
+from app.db.live_read import fresh_active_rows
+from app.db.store import Store, StoredMessage
+from app.providers.base import Message
+
+SESSIONS_KEPT = 512
+"""Projections kept (least recently used go); matches the store's kept live logs."""
+
+
+class ProjectionDrift(AssertionError):
+    """The kept projection differs from a full reprojection (verification mode only)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Projected:
+    messages: tuple[Message, ...]
+    stable: int
+    """How many leading messages only ever grow while the log does (the planner's memo
+    covers them); the rest are results synthesised for calls still open."""
+    memo: PlanMemo
+
+
+@dataclass(slots=True)
+class _Kept:
+    fold: Fold = field(default_factory=Fold)
+    folded: int = 0
+    last: StoredMessage | None = None
+    images: dict[str, StoredImage] = field(default_factory=dict)
+    memo: PlanMemo = field(default_factory=PlanMemo)
+
+    def describes(self, rows: Sequence[StoredMessage]) -> bool:
+        if self.folded > len(rows):
+            return False
+        return self.folded == 0 or rows[self.folded - 1] is self.last
+
+
+class LiveProjections:
+    """Process-wide, one per store: the kept projections of recently used sessions."""
+
+    def __init__(self, store: Store, *, verify: bool | None = None) -> None:
+        self._store = store
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        self.verify = os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1" if verify is None else verify
+        self.rebuilds = 0
+        """Projections built from the start of the log (counted, for tests)."""
+
+    def forget(self, session_id: str) -> None:
+        self._kept.pop(session_id, None)
+
+    def project(self, session_id: str, rows: Sequence[StoredMessage]) -> Projected:
+        """The projection of `rows`, the session's live log as the store returned it."""
+        kept = self._kept.get(session_id)
+        if kept is None or not kept.describes(rows):
+            kept = _Kept()
+            self.rebuilds += 1
+            self._kept[session_id] = kept
+            while len(self._kept) > SESSIONS_KEPT:
+                self._kept.popitem(last=False)
+        else:
+            self._kept.move_to_end(session_id)
+        new = rows[kept.folded :]
+        if new:
+            keys = {key for row in new for key in row.images}
+            if keys - kept.images.keys():
+                # Images are stored once per session and never change, so only a row
+                # naming an image not seen yet costs a read.
+                kept.images = dict(session_images(self._store, session_id=session_id))
+            kept.fold.feed(new, kept.images)
+            kept.folded, kept.last = len(rows), rows[-1]
+        projected = Projected(kept.fold.result(), len(kept.fold.messages), kept.memo)
+        if self.verify:
+            self._check(session_id, projected.messages)
+        return projected
+
+    def plan(
+        self,
+        projected: Projected,
+        messages: Sequence[Message],
+        *,
+        strategy: CacheStrategy,
+        system_prompt: str,
+        stable_len: int | None,
+        prefixes: StablePrefixRegistry | None,
+    ) -> CachePlan:
+        """The cache plan of `messages` (the projection plus whatever rides after it),
+        resumed from the session's planner memo."""
+        plan = apply_strategy(
+            strategy,
+            system_prompt=system_prompt,
+            stable_len=stable_len,
+            messages=messages,
+            prefixes=prefixes,
+            memo=projected.memo,
+            stable=projected.stable,
+        )
+        if self.verify:
+            full = apply_strategy(
+                strategy,
+                system_prompt=system_prompt,
+                stable_len=stable_len,
+                messages=messages,
+                prefixes=prefixes,
+            )
+            if full != plan:
+                raise ProjectionDrift("the remembered cache plan differs from a full plan")
+        return plan
+
+    def _check(self, session_id: str, messages: tuple[Message, ...]) -> None:
+        rows = fresh_active_rows(self._store, session_id=session_id)
+        images = (
+            session_images(self._store, session_id=session_id)
+            if any(r.images for r in rows)
+            else {}
+        )
+        full = project(rows, images)
+        if full != messages:
+            raise ProjectionDrift(
+                f"kept projection of {session_id} drifted from a full reprojection: "
+                f"{len(messages)} messages kept, {len(full)} reprojected; first difference "
+                f"at {_first_difference(messages, full)}"
+            )
+
+
+def _first_difference(a: Sequence[Message], b: Sequence[Message]) -> int:
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return index
+    return min(len(a), len(b))
+
+
+_PER_STORE: WeakKeyDictionary[Store, LiveProjections] = WeakKeyDictionary()
+
+
+def projections_for(store: Store) -> LiveProjections:
+    """The store's kept projections (created on first use; gone with the store)."""
+    found = _PER_STORE.get(store)
+    if found is None:
+        found = _PER_STORE[store] = LiveProjections(store)
+    return found
