@@ -23,8 +23,9 @@ from app.agent.compressor import Compressor
 from app.agent.continuity import VisibleMessage, chain, extend, scope_seed
 from app.agent.events import ClientToolCalls, TurnEvent, TurnFinished, TurnText
 from app.agent.fallback import Route
+from app.agent.live_projection import projections_for
 from app.agent.loop import TurnContext
-from app.agent.projection import INTERRUPTED_RESULT, unanswered_calls
+from app.agent.projection import INTERRUPTED_RESULT
 from app.agent.prompt import build_prompt, stable_tier
 from app.agent.relay import RelayInput, run_relay
 from app.agent.repair import close_unanswered_calls
@@ -474,7 +475,7 @@ class ChatServing:
         session = place.session
         answered = {r.tool_call_id for r in rows if r.role == "tool"}
         live = self.store.active_messages(session_id=session.id)
-        open_ids = {cid for cid, _ in unanswered_calls(live)}
+        open_ids = {cid for cid, _ in projections_for(self.store).unanswered(session.id, live)}
         for i, row in enumerate(rows):
             if row.role == "tool" and row.tool_call_id not in open_ids:
                 raise ApiError(

@@ -20,6 +20,7 @@ import functools
 import json
 import logging
 import math
+import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -51,6 +52,7 @@ PRUNE_RESULT_CHARS = 2_000
 PRUNE_ARGUMENT_CHARS = 2_000
 HEAD_ROWS = 3
 MEMO_ROWS = 200_000
+SUMS_KEPT = 4_096
 OVERFLOW_RETRIES = 3
 SUMMARY_MAX_TOKENS = 2_000
 
@@ -389,15 +391,40 @@ class Compressor:
     estimator: Estimator = field(default_factory=Estimator)
     breaker: Breaker = field(init=False)
     _floor_reported: set[str] = field(default_factory=set)
+    _sums: dict[str, tuple[StoredMessage, int, int]] = field(default_factory=dict)
+    """Per session: (last row summed, rows summed, their total size)."""
+    verify: bool = field(default_factory=lambda: os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1")
+    """Tests: check the running sum against a full one on every call."""
 
     def __post_init__(self) -> None:
         self.breaker = Breaker(clock=self.clock)
         self.prefixes.register(SUMMARY_SCAFFOLD)
 
     def estimate(self, session: SessionRow, rows: Sequence[StoredMessage]) -> int:
-        return self.estimator.request(
-            system_prompt=session.system_prompt, tool_snapshot=session.tool_snapshot, rows=rows
-        )
+        floor = self.estimator.floor(session.system_prompt, session.tool_snapshot)
+        total = self._rows_total(session.id, rows)
+        if self.verify and total != sum(self.estimator.row(r) for r in rows):
+            raise AssertionError(f"running size of {session.id}'s live log drifted")
+        return floor + total
+
+    def _rows_total(self, session_id: str, rows: Sequence[StoredMessage]) -> int:
+        """The rows' summed sizes, resumed from the last call's sum for this session.
+
+        The store's kept live log only grows between rewrites, and a rewrite brings new
+        row objects: the same last row at the same index means the same prefix (the
+        argument app/agent/live_projection.py makes for the projection).
+        """
+        row = self.estimator.row
+        kept = self._sums.get(session_id)
+        if kept is not None and kept[1] <= len(rows) and rows[kept[1] - 1] is kept[0]:
+            total = kept[2] + sum(row(r) for r in rows[kept[1] :])
+        else:
+            total = sum(row(r) for r in rows)
+        if rows:
+            if len(self._sums) >= SUMS_KEPT:
+                self._sums.clear()
+            self._sums[session_id] = (rows[-1], len(rows), total)
+        return total
 
     def needs_compaction(
         self, store: Store, session: SessionRow, profile: Profile, rough: int, *, lease: str

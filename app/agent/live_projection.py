@@ -9,8 +9,9 @@ describes the log by holding the last row it folded: the same object at the same
 means the same prefix, anything else means a rebuild from the rows given.
 
 With `COURIER_VERIFY_LIVE_LOG=1` (the test suite) every call is compared with a full
-reprojection from a fresh database read and raises on any difference, so a missed
-invalidation fails the test that caused it instead of sending a wrong transcript.
+reprojection of the log the store read for it (which the store, in that mode, compares
+with a fresh database read) and raises on any difference, so a missed invalidation fails
+the test that caused it instead of sending a wrong transcript.
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ from app.agent.cache_planner import (
     StablePrefixRegistry,
     apply_strategy,
 )
-from app.agent.projection import Fold, project
+from app.agent.projection import Fold, PendingFold, project, unanswered_calls
 from app.db.chat_store import StoredImage, session_images
-from app.db.live_read import fresh_active_rows
 from app.db.store import Store, StoredMessage
 from app.providers.base import Message
 
@@ -54,6 +54,7 @@ class Projected:
 @dataclass(slots=True)
 class _Kept:
     fold: Fold = field(default_factory=Fold)
+    pending: PendingFold = field(default_factory=PendingFold)
     folded: int = 0
     last: StoredMessage | None = None
     images: dict[str, StoredImage] = field(default_factory=dict)
@@ -78,8 +79,7 @@ class LiveProjections:
     def forget(self, session_id: str) -> None:
         self._kept.pop(session_id, None)
 
-    def project(self, session_id: str, rows: Sequence[StoredMessage]) -> Projected:
-        """The projection of `rows`, the session's live log as the store returned it."""
+    def _advance(self, session_id: str, rows: Sequence[StoredMessage]) -> _Kept:
         kept = self._kept.get(session_id)
         if kept is None or not kept.describes(rows):
             kept = _Kept()
@@ -97,11 +97,26 @@ class LiveProjections:
                 # naming an image not seen yet costs a read.
                 kept.images = dict(session_images(self._store, session_id=session_id))
             kept.fold.feed(new, kept.images)
+            kept.pending.feed(new)
             kept.folded, kept.last = len(rows), rows[-1]
+        return kept
+
+    def project(self, session_id: str, rows: Sequence[StoredMessage]) -> Projected:
+        """The projection of `rows`, the session's live log as the store returned it."""
+        kept = self._advance(session_id, rows)
         projected = Projected(kept.fold.result(), len(kept.fold.messages), kept.memo)
         if self.verify:
-            self._check(session_id, projected.messages)
+            self._check(session_id, rows, projected.messages)
         return projected
+
+    def unanswered(self, session_id: str, rows: Sequence[StoredMessage]) -> list[tuple[str, str]]:
+        """`unanswered_calls(rows)`: (call id, tool name) of every call with no result."""
+        found = list(self._advance(session_id, rows).pending.pending)
+        if self.verify:
+            full = unanswered_calls(rows)
+            if full != found:
+                raise ProjectionDrift(f"kept open calls of {session_id}: {found} != {full}")
+        return found
 
     def plan(
         self,
@@ -136,8 +151,12 @@ class LiveProjections:
                 raise ProjectionDrift("the remembered cache plan differs from a full plan")
         return plan
 
-    def _check(self, session_id: str, messages: tuple[Message, ...]) -> None:
-        rows = fresh_active_rows(self._store, session_id=session_id)
+    def _check(
+        self, session_id: str, rows: Sequence[StoredMessage], messages: tuple[Message, ...]
+    ) -> None:
+        # `rows` is what the store read for this call, which in verification mode it has
+        # itself compared with a fresh database read: reprojecting them from scratch (with
+        # the images read afresh) is the full reprojection, at no extra statement.
         images = (
             session_images(self._store, session_id=session_id)
             if any(r.images for r in rows)

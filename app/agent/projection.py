@@ -113,3 +113,25 @@ def unanswered_calls(rows: Sequence[StoredMessage]) -> list[tuple[str, str]]:
         for call in row.tool_calls
         if call["id"] not in answered
     ]
+
+
+@dataclass(slots=True)
+class PendingFold:
+    """`unanswered_calls` as a fold that can be resumed: a result answers a call wherever
+    it stands in the log, so both the calls still waiting and every answered id are kept."""
+
+    answered: set[str | None] = field(default_factory=set)
+    pending: list[tuple[str, str]] = field(default_factory=list)
+
+    def feed(self, rows: Iterable[StoredMessage]) -> None:
+        for row in rows:
+            if row.role == "tool":
+                self.answered.add(row.tool_call_id)
+                if any(cid == row.tool_call_id for cid, _ in self.pending):
+                    self.pending = [p for p in self.pending if p[0] != row.tool_call_id]
+            elif row.role == "assistant":
+                self.pending += [
+                    (call["id"], call["name"])
+                    for call in row.tool_calls
+                    if call["id"] not in self.answered
+                ]

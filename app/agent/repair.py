@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.agent.projection import unanswered_calls
+from app.agent.live_projection import projections_for
 from app.db.store import NewMessage, Store
 
 
@@ -21,9 +21,10 @@ def close_unanswered_calls(
     call: appended later, it would sit behind the user turn and break the transcript.
     """
     # `keep`: calls the request being appended answers itself (a client tool's result).
+    live = store.active_messages(session_id=session_id)
     pending = [
         (cid, name)
-        for cid, name in unanswered_calls(store.active_messages(session_id=session_id))
+        for cid, name in projections_for(store).unanswered(session_id, live)
         if not keep or cid not in keep
     ]
     if pending:

@@ -9,7 +9,6 @@ contract) and must survive streams the SDK's models reject.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import os
@@ -235,15 +234,38 @@ def encode_body(body: dict[str, Any]) -> bytes:
 
 
 FRAGMENTS_KEPT = 16_384
-"""Encoded messages remembered (least recently used go): a long session's body is
-mostly messages already encoded for its previous call."""
+FRAGMENT_BYTES_KEPT = 64 * 1024 * 1024
 
 
-@functools.lru_cache(maxsize=FRAGMENTS_KEPT)
-def _fragment(message: Message, cache_markers: bool, ttl: str) -> bytes:
-    # Keyed by value (messages are frozen): a message equal to one already encoded has
-    # the same bytes, so a stale entry cannot exist.
-    return orjson.dumps(_message(message, cache_markers=cache_markers, ttl=ttl))
+class _Fragments:
+    """Encoded messages, remembered by identity: a leased session's projection hands the
+    same message objects to every call, so most of a long body was encoded already.
+
+    Identity, not value: hashing every message of a long session on every call cost more
+    than the encoding it saved. An entry holds its message, so the id cannot be reused
+    while it is remembered. Bounded by count and bytes (cleared when either is reached:
+    a long-lived server must not grow this without bound).
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[int, bool, str], tuple[Message, bytes]] = {}
+        self._bytes = 0
+
+    def encoded(self, message: Message, cache_markers: bool, ttl: str) -> bytes:
+        key = (id(message), cache_markers, ttl)
+        found = self._kept.get(key)
+        if found is not None and found[0] is message:
+            return found[1]
+        data = orjson.dumps(_message(message, cache_markers=cache_markers, ttl=ttl))
+        if len(self._kept) >= FRAGMENTS_KEPT or self._bytes > FRAGMENT_BYTES_KEPT:
+            self._kept.clear()
+            self._bytes = 0
+        self._kept[key] = (message, data)
+        self._bytes += len(data)
+        return data
+
+
+_FRAGMENTS = _Fragments()
 
 
 def encode_chat_body(request: ModelRequest, *, cache_markers: bool = False) -> bytes:
@@ -255,7 +277,8 @@ def encode_chat_body(request: ModelRequest, *, cache_markers: bool = False) -> b
     try:
         shell = build_chat_body(replace(request, messages=()), cache_markers=cache_markers)
         parts = [orjson.dumps(m) for m in shell["messages"]]
-        parts += [_fragment(m, cache_markers, request.cache_ttl) for m in request.messages]
+        encoded, ttl = _FRAGMENTS.encoded, request.cache_ttl
+        parts += [encoded(m, cache_markers, ttl) for m in request.messages]
         rest = orjson.dumps({k: v for k, v in shell.items() if k not in ("model", "messages")})
         head = orjson.dumps({"model": shell["model"]})[:-1]
     except TypeError:
