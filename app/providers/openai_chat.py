@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import operator
 import os
 import re
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, suppress
 from dataclasses import dataclass, field, replace
@@ -233,36 +235,67 @@ def encode_body(body: dict[str, Any]) -> bytes:
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-FRAGMENTS_KEPT = 16_384
-FRAGMENT_BYTES_KEPT = 64 * 1024 * 1024
+BODIES_KEPT = 512
+BODY_BYTES_KEPT = 64 * 1024 * 1024
 
 
 class _Fragments:
-    """Encoded messages, remembered by identity: a leased session's projection hands the
-    same message objects to every call, so most of a long body was encoded already.
+    """Each recent conversation's messages as encoded for its previous call.
 
-    Identity, not value: hashing every message of a long session on every call cost more
-    than the encoding it saved. An entry holds its message, so the id cannot be reused
-    while it is remembered. Bounded by count and bytes (cleared when either is reached:
-    a long-lived server must not grow this without bound).
+    A leased session's projection hands the same message objects to every call, so the
+    previous call's encodings are reused position by position where the object is the
+    same one; only what changed (the newest messages, the ones a cache marker moved to)
+    is encoded again. Identity, not value: hashing every message of a long session on
+    every call cost more than the encoding it saved. Keyed by the first message, which
+    an entry holds (so its id cannot be reused while remembered). Least recently used
+    conversations go first, bounded by count and bytes.
     """
 
     def __init__(self) -> None:
-        self._kept: dict[tuple[int, bool, str], tuple[Message, bytes]] = {}
+        self._kept: OrderedDict[
+            tuple[int, bool, str], tuple[tuple[Message, ...], list[bytes], int]
+        ] = OrderedDict()
         self._bytes = 0
 
-    def encoded(self, message: Message, cache_markers: bool, ttl: str) -> bytes:
-        key = (id(message), cache_markers, ttl)
-        found = self._kept.get(key)
-        if found is not None and found[0] is message:
-            return found[1]
-        data = orjson.dumps(_message(message, cache_markers=cache_markers, ttl=ttl))
-        if len(self._kept) >= FRAGMENTS_KEPT or self._bytes > FRAGMENT_BYTES_KEPT:
-            self._kept.clear()
-            self._bytes = 0
-        self._kept[key] = (message, data)
-        self._bytes += len(data)
-        return data
+    def encoded(self, messages: tuple[Message, ...], cache_markers: bool, ttl: str) -> list[bytes]:
+        if not messages:
+            return []
+
+        def encode(message: Message) -> bytes:
+            return orjson.dumps(_message(message, cache_markers=cache_markers, ttl=ttl))
+
+        key = (id(messages[0]), cache_markers, ttl)
+        found = self._kept.pop(key, None)
+        if found is not None:
+            self._bytes -= found[2]
+        if found is not None and found[0][0] is messages[0]:
+            old, parts, size = found[0], found[1][: len(messages)], found[2]
+            if len(parts) < len(found[1]):
+                size = sum(map(len, parts))
+            # C loops over the whole list, Python only at the few positions that changed.
+            same = list(map(operator.is_, old, messages))
+            at = 0
+            with suppress(ValueError):
+                while True:
+                    at = same.index(False, at)
+                    fresh = encode(messages[at])
+                    size += len(fresh) - len(parts[at])
+                    parts[at] = fresh
+                    at += 1
+            added = [encode(message) for message in messages[len(old) :]]
+            parts += added
+            size += sum(map(len, added))
+        else:
+            parts = [encode(message) for message in messages]
+            size = sum(map(len, parts))
+        self._kept[key] = (messages, parts, size)
+        self._bytes += size
+        while len(self._kept) > 1 and (
+            len(self._kept) > BODIES_KEPT or self._bytes > BODY_BYTES_KEPT
+        ):
+            _, (_, _, dropped) = self._kept.popitem(last=False)
+            self._bytes -= dropped
+        return parts
 
 
 _FRAGMENTS = _Fragments()
@@ -277,8 +310,7 @@ def encode_chat_body(request: ModelRequest, *, cache_markers: bool = False) -> b
     try:
         shell = build_chat_body(replace(request, messages=()), cache_markers=cache_markers)
         parts = [orjson.dumps(m) for m in shell["messages"]]
-        encoded, ttl = _FRAGMENTS.encoded, request.cache_ttl
-        parts += [encoded(m, cache_markers, ttl) for m in request.messages]
+        parts += _FRAGMENTS.encoded(request.messages, cache_markers, request.cache_ttl)
         rest = orjson.dumps({k: v for k, v in shell.items() if k not in ("model", "messages")})
         head = orjson.dumps({"model": shell["model"]})[:-1]
     except TypeError:
