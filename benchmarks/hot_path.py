@@ -212,7 +212,12 @@ def bench_cpu(rig: Rig, n: int) -> None:
 
 def bench_growth(rig: Rig, turns: int, window: int = 10) -> None:
     print(f"CPU per turn as one session grows (mean over {window} turns, text replies)")
-    rig.script([{"reply": {"text": text_of(40)}}] * (turns + window))
+    rig.script([{"reply": {"text": text_of(40)}}] * (turns + window + 10))
+    # Warm the server on another session first, so the first window measures a short
+    # session rather than the process's first requests (lazy imports, cold caches).
+    warm = rig.turn()
+    for _ in range(9):
+        rig.turn(session=warm)
     sid = rig.turn()
     at: dict[int, float] = {}
     started, counted = cpu_s(rig.server.pid), 0
