@@ -37,6 +37,9 @@ from app.tools.registry import ToolRegistry
 
 __all__ = ["ChatServing", "Retry", "StartedTurn"]
 
+LONG_HISTORY = 64
+"""Messages past which translating a request is worth a thread hop."""
+
 
 @dataclass(frozen=True, slots=True)
 class StartedTurn:
@@ -118,13 +121,18 @@ class ChatServing:
         ignored = tuple(ignored_fields(request, passthrough=provider.passthrough))
         if (seen := self.twins.find(principal.owner, retry)) is not None:
             return StartedTurn(seen, seen.session_id, profile, ignored)
-        req = turn_request(
+        translate = partial(
+            turn_request,
             request,
             owner=principal.owner,
             admin=principal.admin,
             session_id=session_id,
             profile=profile,
         )
+        # A long history (10,000 messages, images to decode) is translated off the loop;
+        # a short one costs less than the thread hop.
+        long = len(request.messages) > LONG_HISTORY
+        req = await asyncio.to_thread(translate) if long else translate()
         if profile.relay:
             relay = relay_input(
                 req, store=self.store, provider=provider, spend=self.spend, metrics=self.metrics

@@ -452,7 +452,14 @@ async def persist_intent(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, 
         with ctx.store.unit(carry=carry):
             persist_reply(ctx, reply, calls)
 
-    await ctx.store.off_loop(commit)
+    landing = asyncio.ensure_future(ctx.store.off_loop(commit))
+    try:
+        await asyncio.shield(landing)
+    except asyncio.CancelledError:
+        # The commit goes on in the writer thread; let it land before the cancellation
+        # closes the calls it records, or they would stay open until the next request.
+        await asyncio.wait({landing})
+        raise
 
 
 def persist_reply(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, ...]) -> None:

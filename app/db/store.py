@@ -308,6 +308,7 @@ class Store:
             return
         with _as_persistence_error(), self.engine.connect() as conn:
             self._unit.conn = conn
+            self._unit.fenced = set()
             try:
                 conn.begin()
                 self._run_deferred_in(conn, carry)
@@ -315,10 +316,10 @@ class Store:
                 conn.commit()
             except BaseException:
                 conn.rollback()
-                self._unit.conn = None
+                self._unit.conn = self._unit.fenced = None
                 self._rolled_back()
                 raise
-            self._unit.conn = None
+            self._unit.conn = self._unit.fenced = None
         self._committed()
 
     def _session(self, *, expire_on_commit: bool = True) -> Session:
@@ -454,6 +455,11 @@ class Store:
                 db.commit()
 
     def _fenced(self, db: Session, *, session_id: str, lease: str) -> None:
+        # Inside a unit the first fence holds for the rest of it: the transaction owns the
+        # write lock, so nobody can take the lease in between (one statement, not one a write).
+        fenced: set[tuple[str, str]] | None = getattr(self._unit, "fenced", None)
+        if fenced is not None and (session_id, lease) in fenced:
+            return
         now = time.time()
         result = db.connection().execute(
             text("UPDATE session SET updated_at = :now WHERE id = :sid AND lease = :lease"),
@@ -461,6 +467,14 @@ class Store:
         )
         if getattr(result, "rowcount", 0) != 1:
             raise LeaseLost(f"turn lease for session {session_id} is not held")
+        if fenced is not None:
+            fenced.add((session_id, lease))
+
+    def _unfence(self, session_id: str, lease: str) -> None:
+        """The unit released this lease: later writes in it must check again."""
+        fenced: set[tuple[str, str]] | None = getattr(self._unit, "fenced", None)
+        if fenced is not None:
+            fenced.discard((session_id, lease))
 
     # ------------------------------------------------------------------ sessions
 
@@ -547,6 +561,7 @@ class Store:
             return getattr(result, "rowcount", 0) == 1
 
     def release_lease(self, *, session_id: str, lease: str) -> None:
+        self._unfence(session_id, lease)
         with self._tx() as db:
             db.connection().execute(
                 text(
@@ -847,6 +862,7 @@ class Store:
         Ask `take_lost` first (in the same unit) whether a deferred reply was refused
         because the lease had gone, so the turn reports that instead of success.
         """
+        self._unfence(session_id, lease)
         with self._tx() as db:
             self._finish(db, turn_id, exit_reason, iterations, error)
             db.connection().execute(
