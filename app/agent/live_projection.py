@@ -17,6 +17,7 @@ the test that caused it instead of sending a wrong transcript.
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,12 +73,12 @@ class LiveProjections:
     def __init__(self, store: Store, *, verify: bool | None = None) -> None:
         self._store = store
         self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        self._lock = threading.Lock()
+        """A turn opens on the store's writer thread (which closes open calls) while other
+        sessions' turns project on the event loop: both fold into this."""
         self.verify = os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1" if verify is None else verify
         self.rebuilds = 0
         """Projections built from the start of the log (counted, for tests)."""
-
-    def forget(self, session_id: str) -> None:
-        self._kept.pop(session_id, None)
 
     def _advance(self, session_id: str, rows: Sequence[StoredMessage]) -> _Kept:
         kept = self._kept.get(session_id)
@@ -103,15 +104,17 @@ class LiveProjections:
 
     def project(self, session_id: str, rows: Sequence[StoredMessage]) -> Projected:
         """The projection of `rows`, the session's live log as the store returned it."""
-        kept = self._advance(session_id, rows)
-        projected = Projected(kept.fold.result(), len(kept.fold.messages), kept.memo)
+        with self._lock:
+            kept = self._advance(session_id, rows)
+            projected = Projected(kept.fold.result(), len(kept.fold.messages), kept.memo)
         if self.verify:
             self._check(session_id, rows, projected.messages)
         return projected
 
     def unanswered(self, session_id: str, rows: Sequence[StoredMessage]) -> list[tuple[str, str]]:
         """`unanswered_calls(rows)`: (call id, tool name) of every call with no result."""
-        found = list(self._advance(session_id, rows).pending.pending)
+        with self._lock:
+            found = list(self._advance(session_id, rows).pending.pending)
         if self.verify:
             full = unanswered_calls(rows)
             if full != found:
@@ -179,11 +182,15 @@ def _first_difference(a: Sequence[Message], b: Sequence[Message]) -> int:
 
 
 _PER_STORE: WeakKeyDictionary[Store, LiveProjections] = WeakKeyDictionary()
+_CREATING = threading.Lock()
 
 
 def projections_for(store: Store) -> LiveProjections:
     """The store's kept projections (created on first use; gone with the store)."""
     found = _PER_STORE.get(store)
     if found is None:
-        found = _PER_STORE[store] = LiveProjections(store)
+        with _CREATING:
+            found = _PER_STORE.get(store)
+            if found is None:
+                found = _PER_STORE[store] = LiveProjections(store)
     return found
