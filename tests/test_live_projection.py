@@ -126,6 +126,47 @@ def test_a_compaction_or_prune_rewrite_rebuilds_from_the_new_log(store: Store) -
     assert kept.rebuilds == 2
 
 
+def test_a_rewrite_of_the_same_length_rebuilds(store: Store) -> None:
+    # A prune replaces rows one for one: the log is as long as before, so only the rows'
+    # identity tells the kept projection it no longer describes them.
+    kept = LiveProjections(store, verify=False)
+    for step in STEPS[:6]:
+        _append(store, *step)
+    rows = _live(store)
+    kept.project("s1", rows)
+    stubbed = [
+        r.as_new(api_content="[pruned]", kind="pruned") if r.role == "tool" else r.as_new()
+        for r in rows
+    ]
+    store.rewrite_live(
+        session_id="s1",
+        lease=LEASE,
+        archive_ids=[r.id for r in rows],
+        insert=stubbed,
+        session_updates={"pending_cache_break": "prune"},
+    )
+    after = _live(store)
+    assert len(after) == len(rows)
+    messages = kept.project("s1", after).messages
+    assert messages == _full(store)
+    assert "[pruned]" in [m.content for m in messages]
+    assert kept.unanswered("s1", after) == unanswered_calls(after)
+    assert kept.rebuilds == 2
+
+
+def test_a_changed_model_facing_text_rebuilds(store: Store) -> None:
+    kept = LiveProjections(store, verify=False)
+    _append(store, *STEPS[0], *STEPS[5])
+    rows = _live(store)
+    kept.project("s1", rows)
+    store.set_api_content(
+        session_id="s1", lease=LEASE, message_id=rows[0].id, api_content="hello (rewritten)"
+    )
+    messages = kept.project("s1", _live(store)).messages
+    assert messages == _full(store)
+    assert messages[0] == UserMessage("hello (rewritten)")
+
+
 def test_a_retraction_rebuilds_without_the_retracted_rows(store: Store) -> None:
     kept = LiveProjections(store, verify=True)
     for step in STEPS[:6]:
