@@ -246,29 +246,33 @@ class _Fragments:
     previous call's encodings are reused position by position where the object is the
     same one; only what changed (the newest messages, the ones a cache marker moved to)
     is encoded again. Identity, not value: hashing every message of a long session on
-    every call cost more than the encoding it saved. Keyed by the first message, which
-    an entry holds (so its id cannot be reused while remembered). Least recently used
-    conversations go first, bounded by count and bytes.
+    every call cost more than the encoding it saved. Reuse needs nothing but the same
+    object at the same position, so the key only decides which earlier call is compared
+    with: the session (`prompt_cache_key`), else the first message (a compaction summary
+    whose cached prefix the planner splits is a new object on every call, so it cannot
+    be the key of a session). Least recently used conversations go first, bounded by
+    count and bytes.
     """
 
     def __init__(self) -> None:
         self._kept: OrderedDict[
-            tuple[int, bool, str], tuple[tuple[Message, ...], list[bytes], int]
+            tuple[str | int, bool, str], tuple[tuple[Message, ...], list[bytes], int]
         ] = OrderedDict()
         self._bytes = 0
 
-    def encoded(self, messages: tuple[Message, ...], cache_markers: bool, ttl: str) -> list[bytes]:
+    def encoded(
+        self, messages: tuple[Message, ...], conversation: str | None, cache_markers: bool, ttl: str
+    ) -> list[bytes]:
         if not messages:
             return []
 
         def encode(message: Message) -> bytes:
             return orjson.dumps(_message(message, cache_markers=cache_markers, ttl=ttl))
 
-        key = (id(messages[0]), cache_markers, ttl)
+        key = (conversation or id(messages[0]), cache_markers, ttl)
         found = self._kept.pop(key, None)
         if found is not None:
             self._bytes -= found[2]
-        if found is not None and found[0][0] is messages[0]:
             old, parts, size = found[0], found[1][: len(messages)], found[2]
             if len(parts) < len(found[1]):
                 size = sum(map(len, parts))
@@ -310,7 +314,9 @@ def encode_chat_body(request: ModelRequest, *, cache_markers: bool = False) -> b
     try:
         shell = build_chat_body(replace(request, messages=()), cache_markers=cache_markers)
         parts = [orjson.dumps(m) for m in shell["messages"]]
-        parts += _FRAGMENTS.encoded(request.messages, cache_markers, request.cache_ttl)
+        parts += _FRAGMENTS.encoded(
+            request.messages, request.prompt_cache_key, cache_markers, request.cache_ttl
+        )
         rest = orjson.dumps({k: v for k, v in shell.items() if k not in ("model", "messages")})
         head = orjson.dumps({"model": shell["model"]})[:-1]
     except TypeError:
