@@ -383,11 +383,18 @@ def _request(messages: tuple[Message, ...], **kw: object) -> ModelRequest:
 @pytest.mark.parametrize("ttl", ["5m", "1h"])
 def test_the_spliced_body_is_the_full_encode_byte_for_byte(markers: bool, ttl: str) -> None:
     rng = random.Random(7)
-    messages = _random_messages(rng, 60)
+    registry = StablePrefixRegistry()
+    registry.register(SUMMARY_SCAFFOLD)
+    messages = [UserMessage(SUMMARY_SCAFFOLD + "so far"), *_random_messages(rng, 60)]
     for n in range(0, len(messages) + 1, 3):
-        # The planner's markers move as the list grows, so some positions change.
+        # The planner's markers move as the list grows, so some positions change, and the
+        # summary's split makes the first message a new object on every call.
         plan = apply_strategy(
-            "planner", system_prompt="sys", stable_len=None, messages=messages[:n]
+            "planner",
+            system_prompt="sys",
+            stable_len=None,
+            messages=messages[:n],
+            prefixes=registry,
         )
         request = _request(plan.messages, cache_ttl=ttl)
         body = encode_chat_body(request, cache_markers=markers)
