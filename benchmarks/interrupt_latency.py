@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -295,6 +296,8 @@ def main() -> int:
         for _ in range(args.runs):
             through.append(bench.hang_up_answer(direct=False))
             direct.append(bench.hang_up_answer(direct=True))
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"{args.runs} runs each, load average {load} ({os.cpu_count()} cores)")
         print("interrupt (X-Courier-Busy: interrupt) of a turn running a sandboxed sleep")
         _row("interrupt sent -> first turn's stream ended", [s for s, _, _ in interrupt])
         ended = _row("interrupt sent -> first turn ended (server)", [e for _, e, _ in interrupt])
