@@ -10,8 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from app.agent.accumulate import Reply, accumulate
 from app.agent.budget import SpendGuard
 from app.agent.cache_planner import StablePrefixRegistry, apply_strategy, effective_ttl
@@ -36,7 +34,7 @@ from app.agent.steer import Mailbox, deliver_steers
 from app.agent.structured import REPAIR_NOTE, output_problem
 from app.agent.tool_step import BatchRunner, limit_parallel, repair_calls, split_calls
 from app.config import Profile
-from app.db.store import LeaseLost, NewMessage, Store
+from app.db.store import LeaseLost, NewMessage, PersistenceError, Store
 from app.metrics import Metrics
 from app.providers.base import (
     AssistantMessage,
@@ -221,10 +219,10 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
             if not calls and ctx.output_format is not None:
                 conformed = await conform(ctx, state, reply, ctx.output_format)
                 if conformed is None:
-                    return state.finished("invalid_output", error=_error("invalid_output", 502))
+                    return state.finished("invalid_output", error=_error("invalid_output"))
                 reply = conformed
                 ctx.emit(TurnText(reply.text))
-            persist_reply(ctx, reply, calls)  # persist before act
+            await persist_intent(ctx, reply, calls)  # persist before act
             if final:
                 return state.finished("budget_exhausted", reply.finish)
             if not calls:
@@ -256,16 +254,16 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
         log.warning("turn %s: upstream %s: %s", ctx.turn_id, exc.kind, exc.message)
         return state.finished("upstream_error", error=upstream_turn_error(exc, state))
     except LeaseLost:
-        return state.finished("lease_lost", error=_error("session_busy", 409, "conflict"))
-    except SQLAlchemyError:
+        return state.finished("lease_lost", error=_error("session_busy", "conflict"))
+    except PersistenceError:
         log.exception("turn %s: persistence failed", ctx.turn_id)
-        return state.finished("persistence_failed", error=_error("persistence_failed", 500))
+        return state.finished("persistence_failed", error=_error("persistence_failed"))
     except asyncio.CancelledError:
         keep_partial_reply(ctx, state)
         return state.finished("cancelled")
     except Exception:
         log.exception("turn %s: internal error", ctx.turn_id)
-        return state.finished("internal_error", error=_error("internal_error", 500))
+        return state.finished("internal_error", error=_error("internal_error"))
 
 
 async def conform(
@@ -441,6 +439,22 @@ def record_call(
     state.cost = state.cost + cost
 
 
+async def persist_intent(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, ...]) -> None:
+    """Store the reply before anything acts on it. With tool calls that is a commit, made on
+    the store's writer thread (with the call's deferred usage row) so a stalled disk holds
+    this turn only; a plain answer rides in the turn's closing commit."""
+    if not calls:
+        persist_reply(ctx, reply, calls)
+        return
+    carry = ctx.store.detach_deferred()
+
+    def commit() -> None:
+        with ctx.store.unit(carry=carry):
+            persist_reply(ctx, reply, calls)
+
+    await ctx.store.off_loop(commit)
+
+
 def persist_reply(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, ...]) -> None:
     if not reply.text and not calls:
         return
@@ -473,11 +487,11 @@ def keep_partial_reply(ctx: TurnContext, state: TurnState) -> None:
             turn_id=ctx.turn_id,
             result=CANCELLED_RESULT,
         )
-    except (LeaseLost, SQLAlchemyError):
+    except (LeaseLost, PersistenceError):
         log.exception("turn %s: could not record the cancellation", ctx.turn_id)
 
 
-def _error(code: str, status: int, type_: str = "server_error") -> TurnError:
+def _error(code: str, type_: str = "server_error") -> TurnError:
     messages = {
         "session_busy": "another turn took over this session",
         "persistence_failed": "the turn could not be saved; nothing further was run",
@@ -485,32 +499,16 @@ def _error(code: str, status: int, type_: str = "server_error") -> TurnError:
         "invalid_output": "the model's answer did not match the requested response_format, "
         "also after one repair attempt",
     }
-    return TurnError(message=messages.get(code, code), type=type_, code=code, status=status)
-
-
-# What an upstream failure means to the client: an upstream key or request the provider
-# refuses is not a server fault a retry could fix, so it must not be a 5xx every SDK retries.
-_UPSTREAM_STATUS = {
-    "rate_limited": 429,
-    "overloaded": 503,
-    "context_overflow": 400,
-    "content_policy": 400,
-    "bad_request": 400,
-    "not_found": 400,
-    "auth": 403,
-    "timeout": 504,
-}
+    return TurnError(message=messages.get(code, code), type=type_, code=code)
 
 
 def upstream_turn_error(exc: ProviderError, state: TurnState | None = None) -> TurnError:
-    status = _UPSTREAM_STATUS.get(exc.kind, 502)
     # After a server-side tool ran, a blind retry would run it again.
     side_effects = state is not None and state.tools_ran > 0
     return TurnError(
         message=f"upstream model call failed ({exc.kind})",
         type="upstream_error",
         code=f"upstream_{exc.kind}",
-        status=status,
         retryable=exc.retryable and not side_effects,
         retry_after=exc.retry_after,
     )

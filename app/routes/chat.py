@@ -25,6 +25,7 @@ from app.agent.turns import TurnHandle
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.limits import load_json_body, parse_off_loop
 from app.protocol.openai import ChatCompletionRequest
+from app.protocol.refusals import turn_error_status
 from app.protocol.render import (
     CompletionRenderer,
     approval_event_payload,
@@ -180,7 +181,9 @@ async def json_completion(
     if finished.error is not None:
         err = finished.error
         return JSONResponse(
-            error_payload(err), status_code=err.status, headers={**headers, **retry_headers(err)}
+            error_payload(err),
+            status_code=turn_error_status(err),
+            headers={**headers, **retry_headers(err)},
         )
     handle.delivered = True
     return JSONResponse(renderer.completion(text, finished, calls), headers=headers)

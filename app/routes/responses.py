@@ -16,6 +16,7 @@ from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
 from app.agent.turns import SessionBusy
 from app.db.session_models import ResponseRow
 from app.protocol.errors import ApiError, validation_error
+from app.protocol.refusals import turn_error_status
 from app.protocol.render import error_payload, retry_headers, tool_event_payload
 from app.protocol.responses import EventRenderer, ResponseCreateRequest
 from app.responses_serving import (
@@ -67,7 +68,9 @@ async def create_response(request: Request, state: StateDep, principal: Principa
     body = parse_request(raw)
     slot = turn_slot(state, principal)
     try:
-        run = serving(state).start(body, principal, retry=retry_of(request, b"responses\n" + raw))
+        run = await serving(state).start(
+            body, principal, retry=retry_of(request, b"responses\n" + raw)
+        )
     except ResponseNotFound as exc:
         slot.release()
         raise not_found(exc) from None
@@ -111,7 +114,9 @@ async def create_response(request: Request, state: StateDep, principal: Principa
     if finished.error is not None and not final["output"]:
         err = finished.error
         return JSONResponse(
-            error_payload(err), status_code=err.status, headers={**headers, **retry_headers(err)}
+            error_payload(err),
+            status_code=turn_error_status(err),
+            headers={**headers, **retry_headers(err)},
         )
     run.handle.delivered = True
     return JSONResponse(final, headers=headers)
