@@ -96,9 +96,9 @@ class Bench:
     def configure(self, **settings: Any) -> None:
         httpx.post(f"{self.sim}/_sim/config", json=settings, timeout=10).raise_for_status()
 
-    def sim_stats(self) -> dict[str, Any]:
-        stats: dict[str, Any] = httpx.get(f"{self.sim}/_sim/stats", timeout=10).json()
-        return stats
+    def disconnects(self) -> dict[str, Any]:
+        seen: dict[str, Any] = httpx.get(f"{self.sim}/_sim/disconnects", timeout=10).json()
+        return seen
 
     def marker(self) -> tuple[str, bytes]:
         self.n += 1
@@ -191,7 +191,7 @@ class Bench:
 
     def hang_up_answer(self, direct: bool) -> float:
         self.script([{"reply": {"text": " ".join(["word"] * 60)}}])
-        before = self.sim_stats()["disconnects"]
+        before = self.disconnects()["count"]
         body = {"model": "gpt-4o-mini" if direct else "courier", "stream": True,
                 "messages": [{"role": "user", "content": "talk slowly"}]}  # fmt: skip
         url = f"{self.sim}/v1/chat/completions" if direct else f"{self.url}/v1/chat/completions"
@@ -202,8 +202,8 @@ class Bench:
                 if '"word' in line.replace('": "', '":"'):  # the simulator spaces its JSON
                     closed = time.time()  # leaving the block closes the connection
                     break
-        stats = _until(lambda: (s := self.sim_stats())["disconnects"] > before and s, poll_s=0.002)
-        return float(stats["last_disconnect_at"]) - closed
+        seen = _until(lambda: (s := self.disconnects())["count"] > before and s, poll_s=0.002)
+        return float(seen["last_at"]) - closed
 
     # -- hang-up mid-tool, and its baseline: the sandbox module's own cancel ----------------
 

@@ -14,11 +14,11 @@ Control endpoints (JSON, no auth):
   the startup settings and the clock offset.
 * `POST /_sim/reset`    clears script, failures, requests and cache, restores the startup
   settings and the clock offset.
-* `GET  /_sim/stats`    -> `{"model_requests": int, "disconnects": int,
-  "last_disconnect_at": float | null}`: model requests taken (auth passed, body parsed),
-  how many of them the client abandoned before the response was complete (a hung-up
-  stream, or a non-streamed call cut while it waited), and the wall-clock time
-  (`time.time()`) the last abandonment was seen, for latency benchmarks.
+* `GET  /_sim/stats`    -> `{"model_requests": int, "disconnects": int}`: model requests
+  taken (auth passed, body parsed) and how many of them the client abandoned before the
+  response was complete (a hung-up stream, or a non-streamed call cut while it waited).
+* `GET  /_sim/disconnects` -> `{"count": int, "last_at": float | null}`: the same count and
+  the wall-clock time (`time.time()`) the last abandonment was seen, for latency benchmarks.
 * `POST /_sim/clock`    `{"advance": seconds}` moves the simulated clock -> `{"now": float}`.
 * `POST /_sim/config`   partial settings (see `SimulatorConfig`) -> the full settings;
   `GET /_sim/config` reads them.
@@ -391,12 +391,12 @@ def _add_control_routes(app: FastAPI, state: SimState) -> None:
 
     @app.get("/_sim/stats")
     async def stats() -> Response:
-        counts = {
-            "model_requests": state.model_requests,
-            "disconnects": state.disconnects,
-            "last_disconnect_at": state.last_disconnect_at,
-        }
+        counts = {"model_requests": state.model_requests, "disconnects": state.disconnects}
         return JSONResponse(counts)
+
+    @app.get("/_sim/disconnects")
+    async def disconnects() -> Response:
+        return JSONResponse({"count": state.disconnects, "last_at": state.last_disconnect_at})
 
     @app.post("/_sim/reset")
     async def reset() -> Response:

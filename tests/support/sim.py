@@ -60,10 +60,9 @@ class Simulator:
         """Distinct TCP connections that carried a model request since the last reset."""
         return int(self._get("/_sim/connections")["connections"])
 
-    def stats(self) -> dict[str, Any]:
-        """`{"model_requests", "disconnects", "last_disconnect_at"}`: model calls taken, how
-        many of them the client (Courier) abandoned before the answer was complete, and the
-        wall-clock time of the last abandonment (None before any)."""
+    def stats(self) -> dict[str, int]:
+        """`{"model_requests", "disconnects"}`: model calls taken, and how many of them the
+        client (Courier) abandoned before the answer was complete."""
         return self._get("/_sim/stats")  # type: ignore[no-any-return]
 
     def reset(self) -> None:
