@@ -17,7 +17,7 @@ from app.db.store import StoredMessage
 from app.providers.usage import Usage
 
 if TYPE_CHECKING:
-    from app.agent.loop import TurnContext
+    from app.agent.turn_context import TurnContext
 
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 
@@ -67,7 +67,7 @@ async def preflight(
     if comp is None:
         return _checked(ctx, 0, session, rows)
     cold = turn_start and prefix_is_cold(profile, session, time.time())
-    if (profile.prune_mid_burst or cold) and comp.prune(
+    if (profile.prune_mid_burst or cold) and await comp.prune(
         store, session, profile, lease=ctx.lease, rows=rows
     ):
         session = store.get_session(session_id=ctx.session_id)

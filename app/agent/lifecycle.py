@@ -23,7 +23,6 @@ from app.agent.cache_planner import StablePrefixRegistry
 from app.agent.compressor import Compressor
 from app.agent.continuity import VisibleMessage, chain, extend, scope_seed
 from app.agent.events import ClientToolCalls, TurnEvent, TurnFinished, TurnText
-from app.agent.loop import TurnContext
 from app.agent.profiles import Profiles
 from app.agent.projection import INTERRUPTED_RESULT, unanswered_calls
 from app.agent.prompt import stable_tier
@@ -42,6 +41,7 @@ from app.agent.tool_snapshot import (
     snapshot_tools,
     specs_from_snapshot,
 )
+from app.agent.turn_context import TurnContext
 from app.agent.turn_request import (
     IncomingMessage,
     TurnRequest,

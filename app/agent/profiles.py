@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from app.agent.fallback import Route
 from app.agent.refusals import UnknownModel
 from app.agent.spend_caps import price_override
+from app.agent.turn_context import Route
 from app.config import Profile, Settings
 from app.providers.base import Provider
 

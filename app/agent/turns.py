@@ -17,9 +17,9 @@ from functools import partial
 from typing import Literal
 
 from app.agent.events import TurnError, TurnEvent, TurnFinished
-from app.agent.loop import TurnContext, run_turn
+from app.agent.loop import run_turn
 from app.agent.refusals import SessionBusy as SessionBusy
-from app.agent.steer import Mailbox
+from app.agent.turn_context import Mailbox, TurnContext
 from app.agent.turn_log import log_turn
 from app.db.instance import new_lease_token as new_lease_token
 from app.db.store import Carried, Store

@@ -284,6 +284,20 @@ class Store:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._writer, contextvars.copy_context().run, work)
 
+    def commit_off_loop(self, work: Callable[[], T]) -> asyncio.Future[T]:
+        """`work` (synchronous store writes) as one unit on the writer thread, with the
+        writes deferred so far committed first and in order: left queued they would land
+        after it (a counter update overwriting what a compaction reset), or in a commit
+        of their own on the loop. Taken now, not when the future is first awaited."""
+        carry = self.detach_deferred()
+
+        def unit() -> T:
+            with self.unit(carry=carry):
+                return work()
+
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self._writer, contextvars.copy_context().run, unit)
+
     def detach_deferred(self) -> Carried:
         """Take the deferred writes off the event loop's queue, for a `unit(carry=...)` on
         the writer thread: left queued, the loop's next-tick flush would commit them on the
@@ -308,6 +322,7 @@ class Store:
             return
         with _as_persistence_error(), self.engine.connect() as conn:
             self._unit.conn = conn
+            self._unit.fenced = set()
             try:
                 conn.begin()
                 self._run_deferred_in(conn, carry)
@@ -315,10 +330,10 @@ class Store:
                 conn.commit()
             except BaseException:
                 conn.rollback()
-                self._unit.conn = None
+                self._unit.conn = self._unit.fenced = None
                 self._rolled_back()
                 raise
-            self._unit.conn = None
+            self._unit.conn = self._unit.fenced = None
         self._committed()
 
     def _session(self, *, expire_on_commit: bool = True) -> Session:
@@ -454,6 +469,11 @@ class Store:
                 db.commit()
 
     def _fenced(self, db: Session, *, session_id: str, lease: str) -> None:
+        # Inside a unit the first fence holds for the rest of it: the transaction owns the
+        # write lock, so nobody can take the lease in between (one statement, not one a write).
+        fenced: set[tuple[str, str]] | None = getattr(self._unit, "fenced", None)
+        if fenced is not None and (session_id, lease) in fenced:
+            return
         now = time.time()
         result = db.connection().execute(
             text("UPDATE session SET updated_at = :now WHERE id = :sid AND lease = :lease"),
@@ -461,6 +481,14 @@ class Store:
         )
         if getattr(result, "rowcount", 0) != 1:
             raise LeaseLost(f"turn lease for session {session_id} is not held")
+        if fenced is not None:
+            fenced.add((session_id, lease))
+
+    def _unfence(self, session_id: str, lease: str) -> None:
+        """The unit released this lease: later writes in it must check again."""
+        fenced: set[tuple[str, str]] | None = getattr(self._unit, "fenced", None)
+        if fenced is not None:
+            fenced.discard((session_id, lease))
 
     # ------------------------------------------------------------------ sessions
 
@@ -547,6 +575,7 @@ class Store:
             return getattr(result, "rowcount", 0) == 1
 
     def release_lease(self, *, session_id: str, lease: str) -> None:
+        self._unfence(session_id, lease)
         with self._tx() as db:
             db.connection().execute(
                 text(
@@ -847,6 +876,7 @@ class Store:
         Ask `take_lost` first (in the same unit) whether a deferred reply was refused
         because the lease had gone, so the turn reports that instead of success.
         """
+        self._unfence(session_id, lease)
         with self._tx() as db:
             self._finish(db, turn_id, exit_reason, iterations, error)
             db.connection().execute(

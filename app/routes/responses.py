@@ -27,6 +27,7 @@ from app.responses_serving import (
 )
 from app.routes.body import parse_json_object
 from app.routes.chat import retry_of
+from app.routes.completion_output import client_gone
 from app.routes.deps import PrincipalDep, StateDep, read_limited_body, turn_slot
 from app.security.auth import Principal
 from app.state import AppState
@@ -97,7 +98,7 @@ async def create_response(request: Request, state: StateDep, principal: Principa
             ping=0,
             sep="\n",
         )
-    hangup = asyncio.ensure_future(_disconnected(request))
+    hangup = asyncio.ensure_future(client_gone(request))
     try:
         await asyncio.wait({run.done, hangup}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
@@ -120,13 +121,6 @@ async def create_response(request: Request, state: StateDep, principal: Principa
         )
     run.handle.delivered = True
     return JSONResponse(final, headers=headers)
-
-
-async def _disconnected(request: Request) -> None:
-    """Returns when the client hangs up (the body is already read, so the next ASGI
-    message is the disconnect)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
 
 
 async def frames(
