@@ -30,6 +30,7 @@ _UPSTREAM_STATUS = {
     "bad_request": 400,
     "not_found": 400,
     "auth": 403,
+    "timeout": 504,
 }
 _TURN_STATUS = {
     "session_busy": 409,
