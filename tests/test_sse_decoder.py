@@ -64,3 +64,12 @@ def test_unterminated_events_are_flushed_at_close() -> None:
     decoder = SSEDecoder()
     assert decoder.feed(b"data: one\n\ndata: x\ndata: y") == [SSEEvent("one")]
     assert decoder.close() == [SSEEvent("x\ny")]
+
+
+def test_a_byte_order_mark_is_dropped_however_it_is_split() -> None:
+    stream = b"\xef\xbb\xbf" + MIXED
+    for first in range(8):
+        assert _decode([stream[:first], stream[first:]]) == EXPECTED
+    assert _decode([stream[i : i + 1] for i in range(len(stream))]) == EXPECTED
+    # Only a leading one: later, the same bytes are data.
+    assert _decode([b"data: a\n\n", b"\xef\xbb\xbfdata: b\n\n"]) == [SSEEvent("a")]

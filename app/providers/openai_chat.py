@@ -242,6 +242,7 @@ class SSEEvent:
 
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+_BOM = "\ufeff".encode()
 DRAIN_AFTER_DONE_S = 2.0
 """How long to wait for the body's end after `[DONE]`: reading it lets httpx return the
 connection to the pool; a server that holds the body open longer loses that connection."""
@@ -262,6 +263,9 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         buffer = self._buffer + chunk if self._buffer else chunk
+        if not self._started and len(buffer) >= len(_BOM):
+            self._started = True
+            buffer = buffer.removeprefix(_BOM)
         if b"\r" in buffer or not self._started or self._data or self._event is not None:
             self._buffer = buffer
             return self._feed_lines()
