@@ -2,22 +2,23 @@
 
 Issue 10 asks, where a library in the stack makes a CPU target unreachable, for the
 measurement that proves it and what replacing the library would gain. This prints, for
-one streamed request of 40 chunks (and per chunk, from 400-chunk replies):
+one streamed request of 40 chunks (and per chunk, from 400-chunk replies), CPU of:
 
-* `courier`  Courier's own server CPU per new-session request (the reference);
-* `raw`      a bare uvicorn + httptools + uvloop raw ASGI app streaming pre-rendered SSE
-             frames, one send per frame: the floor of the server stack itself;
-* `fastapi`  the same stream as a FastAPI route behind Courier's middleware stack
-             (security headers, CORS, HEAD, exception handlers, an async dependency) and
-             Courier's `EventSourceResponse` with its chunk templates;
-* `relay`    the raw ASGI app relaying each request to the simulator through httpx and
-             re-rendering every upstream chunk: the floor of a proxy on these libraries;
-* client side, in this process under uvloop, against the simulator (app/simulator/): a
+* Courier's own server per new-session request: the reference every ratio is against;
+* servers (subprocesses; CPU read from /proc like benchmarks/hot_path.py):
+  `raw`, a bare uvicorn + httptools + uvloop raw ASGI app streaming pre-rendered SSE
+  frames, one send per frame (the floor of the server stack itself); `fastapi-bare`, the
+  same stream as a FastAPI route with an async dependency and Courier's
+  `EventSourceResponse` and chunk templates; `fastapi`, that route behind Courier's
+  middleware stack (security headers, CORS, HEAD); `relay` and `relay-lean`, the raw
+  ASGI app relaying each request to the simulator through httpx (its default transport,
+  then Courier's `LeanTransport`) and re-rendering every upstream chunk;
+* clients (in this process, under uvloop, against the simulator in app/simulator/): a
   bare httpx `AsyncClient` streaming read of the reply, a raw asyncio socket reader of
-  the same bytes, and Courier's `OpenAIChatProvider.stream` (read, SSE parse, fold).
+  the same bytes, httpx on Courier's `LeanTransport`, and Courier's whole
+  `OpenAIChatProvider.stream` (request, read, SSE parse, fold into events).
 
-Each floor is printed with its ratio to Courier's per-request CPU. Figures only; nothing is
-asserted (the machine is shared and noisy).
+Figures and ratios only; nothing is asserted (the machine is shared and noisy).
 
     .venv/bin/python benchmarks/hot_path_floors.py [--requests 200]
 """
@@ -103,7 +104,7 @@ async def principal(request: Request) -> str:
 PrincipalDep = Annotated[str, Depends(principal)]
 
 
-def fastapi_app() -> Any:
+def fastapi_app(*, middleware: bool = True) -> Any:
     """A FastAPI route behind Courier's own middleware stack and SSE response."""
     from app.protocol.render import CompletionRenderer
     from app.routes.cors import CorsMiddleware
@@ -125,17 +126,24 @@ def fastapi_app() -> Any:
         chunks = int(json.loads(await request.body())["chunks"])
         return EventSourceResponse(frames(chunks), headers={"X-Session-Id": who[-8:]}, sep="\n")
 
-    app.add_middleware(HeadAsGet)
-    app.add_middleware(CorsMiddleware, origins=())
-    app.add_middleware(SecurityHeaders)
+    if middleware:
+        app.add_middleware(HeadAsGet)
+        app.add_middleware(CorsMiddleware, origins=())
+        app.add_middleware(SecurityHeaders)
     return app
 
 
-def relay_app(upstream: str) -> Any:
+def relay_app(upstream: str, *, lean: bool = False) -> Any:
     """Raw ASGI, relaying to the simulator through one pooled httpx client."""
     import orjson
 
-    client = httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_keepalive_connections=20))
+    from app.providers.transport import LeanTransport
+
+    client = httpx.AsyncClient(
+        timeout=30,
+        limits=httpx.Limits(max_keepalive_connections=20),
+        transport=LeanTransport(max_connections=20) if lean else None,
+    )
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -169,7 +177,13 @@ def relay_app(upstream: str) -> Any:
 def serve(kind: str, port: int, upstream: str) -> None:
     import uvicorn
 
-    app = {"raw": lambda: raw_app, "fastapi": fastapi_app, "relay": lambda: relay_app(upstream)}
+    app = {
+        "raw": lambda: raw_app,
+        "fastapi-bare": lambda: fastapi_app(middleware=False),
+        "fastapi": fastapi_app,
+        "relay": lambda: relay_app(upstream),
+        "relay-lean": lambda: relay_app(upstream, lean=True),
+    }
     config = uvicorn.Config(
         app[kind](),
         host="127.0.0.1",
@@ -214,7 +228,7 @@ def server_floor(kind: str, n: int, sim: Rig, http: httpx.Client) -> tuple[float
 
         def run(chunks: int) -> float:
             body: dict[str, Any] = {"chunks": chunks}
-            if kind == "relay":
+            if kind.startswith("relay"):
                 sim.script([{"reply": {"text": text_of(chunks)}}] * (n + 5))
                 body = {
                     "model": "gpt-4o-mini",
@@ -359,10 +373,13 @@ def courier_reference(rig: Rig, n: int) -> tuple[float, float]:
     return out[0], (out[1] - out[0]) / 360 * 1000
 
 
+SERVERS = ("raw", "fastapi-bare", "fastapi", "relay", "relay-lean")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--serve", choices=("raw", "fastapi", "relay"))
+    parser.add_argument("--serve", choices=SERVERS)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--upstream", default="")
     args = parser.parse_args()
@@ -379,8 +396,10 @@ def main() -> int:
         rows: list[tuple[str, tuple[float, float]]] = []
         for kind, label in (
             ("raw", "uvicorn+httptools+uvloop raw ASGI (server)"),
+            ("fastapi-bare", "FastAPI route, no middleware (server)"),
             ("fastapi", "FastAPI route + Courier middleware (server)"),
             ("relay", "raw ASGI relaying via httpx (server)"),
+            ("relay-lean", "the same relay on LeanTransport (server)"),
         ):
             rig.reset()
             rows.append((label, server_floor(kind, n, rig, http)))

