@@ -9,8 +9,12 @@ counted on a real socket.
 from __future__ import annotations
 
 import asyncio
+import shutil
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -51,9 +55,9 @@ class Upstream:
 
 
 @asynccontextmanager
-async def upstream(handler: Handler) -> AsyncIterator[Upstream]:
+async def upstream(handler: Handler, tls: ssl.SSLContext | None = None) -> AsyncIterator[Upstream]:
     up = Upstream(handler)
-    server = await asyncio.start_server(up._serve, "127.0.0.1", 0)
+    server = await asyncio.start_server(up._serve, "127.0.0.1", 0, ssl=tls)
     up.port = server.sockets[0].getsockname()[1]
     try:
         yield up
@@ -238,3 +242,42 @@ async def test_head_goes_to_httpx_default_transport() -> None:
         resp = await http.head(f"http://127.0.0.1:{up.port}/")
     assert resp.status_code == 200
     assert resp.headers["content-length"] == "5"
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    root = tmp_path_factory.mktemp("tls")
+    cert, key = root / "cert.pem", root / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+async def test_https_verifies_the_certificate_and_reuses_the_connection(
+    certificate: tuple[Path, Path],
+) -> None:
+    cert, key = certificate
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    trusted = ssl.create_default_context(cafile=str(cert))
+    async with upstream(answer(CHUNKED), tls=server_tls) as up:
+        url = f"https://127.0.0.1:{up.port}/v1/chat"
+        transport = LeanTransport(max_connections=2, verify=trusted)
+        async with httpx.AsyncClient(transport=transport) as http:
+            for _ in range(2):
+                resp = await http.post(url, content=b"{}")
+                assert resp.text == 'data: {"a":1}\n\ndata: {"b":2}\n\n'
+        assert up.connections == 1
+        # The same server with the system's trust store: a self-signed certificate fails.
+        async with client() as http:
+            with pytest.raises(httpx.ConnectError):
+                await http.post(url, content=b"{}")
