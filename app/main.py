@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.agent.recovery import repair_interrupted_turns
 from app.agent.turns import TurnManager
+from app.agent.twins import DurableKeys
 from app.config import Settings
 from app.db.approval_store import ApprovalStore
 from app.db.idempotency_store import IdempotencyStore
@@ -26,7 +27,6 @@ from app.db.instance import holder_alive
 from app.db.key_store import KeyStateStore
 from app.db.stats import count_db_work
 from app.db.store import Store
-from app.durable_idempotency import DurableKeys
 from app.metrics import Metrics
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.limits import shutdown_worker
@@ -138,7 +138,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     repair_interrupted_turns(store)
     metrics = Metrics()
     count_db_work(
-        store.engine, on_commit=metrics.db_commits.inc, on_statement=metrics.db_statements.inc
+        store.engine,
+        on_commit=metrics.db_commits.inc,
+        on_statement=metrics.db_statements.inc,
+        on_loop_commit=metrics.db_loop_commits.inc,
     )
     turns = TurnManager(store, metrics, max_running=settings.max_concurrent_turns)
     clients = UpstreamClients(max_connections=settings.upstream_pool_size())

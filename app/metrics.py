@@ -68,6 +68,9 @@ class Metrics:
         self.in_flight = Gauge("courier_turns_in_flight", "Turns running now", registry=r)
         self.db_commits = Counter("courier_db_commits", "Committed transactions", registry=r)
         self.db_statements = Counter("courier_db_statements", "SQL statements executed", registry=r)
+        self.db_loop_commits = Counter(
+            "courier_db_loop_commits", "Transactions committed on the event-loop thread", registry=r
+        )
         self._prompt: dict[tuple[str, str], tuple[int, int]] = {}
         self._series: dict[tuple[str, str], _ModelSeries] = {}
 

@@ -90,7 +90,7 @@ class ResponsesServing:
             raise ResponseNotFound(response_id, param)
         return row
 
-    def start(
+    async def start(
         self, request: ResponseCreateRequest, principal: Principal, *, retry: Retry
     ) -> ResponseRun:
         check_supported(request)
@@ -107,7 +107,7 @@ class ResponsesServing:
         except ValidationError as exc:
             raise validation_error(exc) from None
         try:
-            started = self.chat.start(chat, principal, session_id, retry=retry)
+            started = await self.chat.start(chat, principal, session_id, retry=retry)
         except ApiError as exc:
             # The chat path names its own fields; a Responses client sent `input`.
             if exc.param and exc.param.startswith("messages"):

@@ -17,11 +17,11 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from app.agent.spend_caps import price_override
 from app.config import Profile
 from app.db.models import ApiCallRow
 from app.providers.pricing import Cost, price_usage
 from app.providers.usage import Usage
-from app.serving import price_override
 
 BUCKETS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 

@@ -12,20 +12,18 @@ import shutil
 import time
 from dataclasses import dataclass
 
-from app.agent.turns import SessionBusy, TurnManager
+from app.agent.lifecycle import new_session_id
+from app.agent.refusals import ProfileGone, SessionBusy
+from app.agent.turns import TurnManager
 from app.db import session_query as q
 from app.db.chat_store import put_images, session_images
 from app.db.models import MessageRow, SessionRow
 from app.db.store import NewMessage, Store
-from app.serving import ChatServing, new_session_id
+from app.serving import ChatServing
 
 
 class ForkPointMissing(Exception):
     """The message to fork from is not a live message of the session."""
-
-
-class ProfileGone(Exception):
-    """The session's profile is no longer configured, so no new session can run on it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +79,15 @@ class SessionService:
         new_id = new_session_id()
         copied = False
         if profile.workspace is None:
-            src = self.chat.settings.data_dir / "workspaces" / source.id
+            src = self.chat.setup.private_workspace(source.id)
             if src.is_dir():
-                dst = self.chat.settings.data_dir / "workspaces" / new_id
+                dst = self.chat.setup.private_workspace(new_id)
                 # symlinks=True: following a link the agent planted would copy files from
                 # outside the workspace into the fork.
                 shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
                 copied = True
         instructions = json.loads(source.client_instructions)
-        prompt = self.chat.session_prompt(
+        prompt = self.chat.setup.prompt(
             profile,
             session_id=new_id,
             owner=source.owner,
@@ -118,7 +116,7 @@ class SessionService:
             if purge:
                 q.purge_session(self.store, session_id=session.id)
                 if self.private_workspace(session):
-                    path = self.chat.settings.data_dir / "workspaces" / session.id
+                    path = self.chat.setup.private_workspace(session.id)
                     shutil.rmtree(path, ignore_errors=True)
             else:
                 q.retract_session(self.store, session_id=session.id)

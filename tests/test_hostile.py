@@ -280,7 +280,9 @@ def test_disconnect_mid_stream_cancels_the_turn(
     ) as resp:
         assert resp.status_code == 200
         sid = resp.headers["x-session-id"]
-        for line in resp.iter_lines():
+        # Held, so breaking out does not close it: a dropped iterator closes the connection.
+        lines = resp.iter_lines()
+        for line in lines:
             seen.append(line)
             if _text_of(_sse_payloads(seen)):
                 break  # the model's text has started to arrive
@@ -373,6 +375,42 @@ BAD_BODIES: list[tuple[str, bytes | dict[str, Any], str | None]] = [
     ("model-empty", _chat(model=""), "model"),
     ("session-id-very-long", _chat(session_id="sess_" + "a" * 10_000), "session_id"),
 ]
+
+
+def test_a_hang_up_as_the_calls_arrive_leaves_a_closed_transcript(
+    server: Server, sim: Simulator, marker: Path
+) -> None:
+    """The client leaves while the calls' intent is being committed (off the loop): the
+    commit lands first, then the cancellation closes the calls it recorded."""
+    call = {"name": "wait", "arguments": {"seconds": 120}, "id": "call_gone"}
+    sim.script([{"reply": {"text": "On it.", "tool_calls": [call]}}])
+    body = {**GOOD, "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    with httpx.stream(
+        "POST", f"{server.base_url}{URL}", json=body, headers=server.headers(), timeout=30
+    ) as resp:
+        sid = resp.headers["x-session-id"]
+        for line in resp.iter_lines():
+            if line.startswith("data:") and _text_of(_sse_payloads([line])):
+                break  # the dropped iterator closes the connection at once
+
+    def ended() -> bool:
+        turns = _turns(server, sid)
+        return bool(turns) and turns[-1]["exit_reason"] is not None
+
+    _wait_for(ended, "the turn was closed after the hang-up", timeout=30)
+    assert [t["exit_reason"] for t in _turns(server, sid)] == ["cancelled"]
+    rows = _messages(server, sid)
+    roles = [(r["role"], r["tool_call_id"]) for r in rows]
+    # Either the intent landed (and its call is closed) or nothing of the reply did.
+    assert roles in (
+        [("user", None), ("assistant", None), ("tool", "call_gone")],
+        [("user", None), ("assistant", None)],
+        [("user", None)],
+    ), roles
+    if len(rows) == 3:
+        assert rows[2]["is_error"] and "cancelled" in rows[2]["content"]
+    if len(rows) == 2:
+        assert not rows[1]["tool_calls"] or rows[1]["tool_calls"] == "[]"
 
 
 @pytest.mark.parametrize(

@@ -24,9 +24,7 @@ class Cap:
 
 
 def spend_limit_error(message: str) -> TurnError:
-    return TurnError(
-        message=message, type="insufficient_quota", code="spend_limit_reached", status=402
-    )
+    return TurnError(message=message, type="insufficient_quota", code="spend_limit_reached")
 
 
 class SpendGuard:
@@ -53,7 +51,6 @@ class SpendGuard:
                 ),
                 type="insufficient_quota",
                 code="spend_limit_unpriced",
-                status=402,
             )
         for cap in self.caps:
             spent = cap.spent_before + self.spent_in_turn

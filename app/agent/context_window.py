@@ -17,7 +17,7 @@ from app.db.store import StoredMessage
 from app.providers.usage import Usage
 
 if TYPE_CHECKING:
-    from app.agent.loop import TurnContext
+    from app.agent.turn_context import TurnContext
 
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 

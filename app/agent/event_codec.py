@@ -92,7 +92,6 @@ def _error_out(error: TurnError | None) -> dict[str, Any] | None:
         "message": error.message,
         "type": error.type,
         "code": error.code,
-        "status": error.status,
         "retryable": error.retryable,
         "retry_after": error.retry_after,
     }
@@ -130,8 +129,15 @@ def decode(raw: dict[str, Any]) -> TurnEvent:
             ),
             upstream_calls=raw["upstream_calls"],
             iterations=raw["iterations"],
-            error=TurnError(**error) if error is not None else None,
+            error=_error_in(error),
             tools_ran=raw["tools_ran"],
             routes=tuple(raw["routes"]),
         )
     raise ValueError(f"unknown turn event kind {kind!r}")
+
+
+def _error_in(raw: dict[str, Any] | None) -> TurnError | None:
+    if raw is None:
+        return None
+    # Records written before the status moved to the protocol layer still carry one.
+    return TurnError(**{k: v for k, v in raw.items() if k != "status"})

@@ -91,7 +91,6 @@ class TurnError:
     message: str
     type: str
     code: str
-    status: int
     retryable: bool = False
     """Whether the same request could succeed if sent again (a rate limit, an overload)."""
     retry_after: float | None = None

@@ -9,15 +9,13 @@ the fallback gets a fair turn instead of inheriting a budget the failure spent.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from app.config import Profile
-from app.providers.base import Provider, ProviderError
-from app.providers.pricing import PriceOverride
+from app.providers.base import ProviderError
 
 if TYPE_CHECKING:
-    from app.agent.loop import TurnContext, TurnState
+    from app.agent.turn_context import TurnContext, TurnState
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +41,6 @@ ROUTE_FIELDS = (
 )
 """What a fallback profile changes: where and how the request goes. Tools, workspace,
 instructions and budgets stay the session's own, so its transcript stays valid."""
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    profile: Profile
-    provider: Provider
-    price: PriceOverride | None = None
 
 
 def fall_back(ctx: TurnContext, state: TurnState, exc: ProviderError) -> TurnContext | None:

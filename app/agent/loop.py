@@ -6,56 +6,41 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-
-from sqlalchemy.exc import SQLAlchemyError
 
 from app.agent.accumulate import Reply, accumulate
-from app.agent.budget import SpendGuard
-from app.agent.cache_planner import StablePrefixRegistry, apply_strategy, effective_ttl
-from app.agent.compressor import OVERFLOW_RETRIES, Compressor, Summariser, SummarySkipped
+from app.agent.cache_planner import apply_strategy, effective_ttl
+from app.agent.compressor import OVERFLOW_RETRIES, Summariser, SummarySkipped
 from app.agent.context_window import Preflight, observe, preflight
 from app.agent.events import (
     ClientToolCalls,
-    ExitReason,
     TurnError,
-    TurnEvent,
     TurnFinished,
     TurnReasoning,
     TurnText,
 )
-from app.agent.fallback import Route, fall_back
+from app.agent.fallback import fall_back
 from app.agent.ledger import CallSite, Timing
 from app.agent.ledger import record_call as record_call_at
 from app.agent.projection import project
 from app.agent.repair import close_unanswered_calls
 from app.agent.second_look import close_cut_calls, cut_calls, empty_reply_error, second_look
-from app.agent.steer import Mailbox, deliver_steers
+from app.agent.steer import deliver_steers
 from app.agent.structured import REPAIR_NOTE, output_problem
-from app.agent.tool_step import BatchRunner, limit_parallel, repair_calls, split_calls
-from app.config import Profile
-from app.db.store import LeaseLost, NewMessage, Store
-from app.metrics import Metrics
+from app.agent.tool_step import limit_parallel, repair_calls, split_calls
+from app.agent.turn_context import TurnContext, TurnState
+from app.db.store import LeaseLost, NewMessage, PersistenceError
 from app.providers.base import (
     AssistantMessage,
     Message,
     ModelRequest,
     OutputFormat,
-    Provider,
     ProviderError,
-    SamplingParams,
     ToolCall,
     ToolChoice,
-    ToolSpec,
     UserMessage,
 )
-from app.providers.pricing import Cost, PriceOverride
 from app.providers.retry import stream_with_retry
 from app.providers.usage import Usage
-from app.security.approvals import ApprovalGate, turn_guard
-from app.tools.registry import ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -64,117 +49,6 @@ FINAL_ANSWER_NOTE = (
     "You have used this turn's tool budget. Answer now from what you already know, "
     "without calling tools."
 )
-
-
-@dataclass(frozen=True)
-class TurnContext:
-    store: Store
-    provider: Provider
-    tools: ToolRegistry
-    profile: Profile
-    session_id: str
-    owner: str
-    lease: str
-    turn_id: str
-    workspace: Path
-    sampling: SamplingParams
-    emit: Callable[[TurnEvent], None]
-    spend: SpendGuard
-    metrics: Metrics
-    tool_specs: tuple[ToolSpec, ...] = ()
-    """The session's frozen tool snapshot: the schemas sent on every request."""
-    stable_tier: str = ""
-    """The stable tier this session's prompt starts with; each call proves it again, since
-    a compaction rebuilds the prompt."""
-    prefixes: StablePrefixRegistry | None = None
-    price_override: PriceOverride | None = None
-    compressor: Compressor | None = None
-    rebuild_prompt: Callable[[], str] = lambda: ""
-    """Rebuild the session's system prompt from its stored inputs (used by compaction)."""
-    client_tools: frozenset[str] = frozenset()
-    """Names of the tools the client declared: a call to one ends the turn, the client runs it."""
-    tool_choice: ToolChoice = "auto"
-    parallel_tool_calls: bool | None = None
-    output_format: OutputFormat | None = None
-    """The client's `response_format`: the final answer is checked against it."""
-    fallbacks: tuple[Route, ...] = ()
-    """The profile's fallback chain still unused this turn, next first."""
-    mailbox: Mailbox = field(default_factory=Mailbox)
-    """Steering messages sent while the turn runs (see app/agent/steer.py)."""
-    gate: ApprovalGate | None = None
-    """Where calls that need a human wait; None refuses them (missing state means deny)."""
-
-    @property
-    def tool_context(self) -> ToolContext:
-        p = self.profile
-        return ToolContext(
-            session_id=self.session_id,
-            workspace=self.workspace,
-            owner=self.owner,
-            store=self.store,
-            network=p.network,
-            terminal_backend=p.terminal_backend,
-            terminal_timeout_s=p.terminal_timeout_s,
-            fetch_allow_hosts=p.fetch_allow_hosts,
-            quota=p.tool_quota(),
-        )
-
-
-@dataclass
-class TurnState:
-    iterations: int = 0
-    calls: int = 0
-    usage: Usage = field(default_factory=Usage)
-    cost: Cost = field(default_factory=Cost.zero)
-    emitted_text: bool = False
-    in_flight: Reply = field(default_factory=Reply)
-    runner: BatchRunner | None = None
-    overflow_retries: int = 0
-    tools_ran: int = 0
-    routes: tuple[str, ...] = ()
-    """Profiles this turn went through, in order, once it fell back; else empty."""
-
-    def tools(self, ctx: TurnContext) -> BatchRunner:
-        """The turn's tool runner; one per turn so the spill budget spans its batches."""
-        if self.runner is None:
-            self.runner = BatchRunner(
-                store=ctx.store,
-                registry=ctx.tools,
-                tool_ctx=ctx.tool_context,
-                lease=ctx.lease,
-                turn_id=ctx.turn_id,
-                context_window=ctx.profile.context_window,
-                emit=ctx.emit,
-                guard=turn_guard(
-                    ctx.gate,
-                    profile=ctx.profile,
-                    session_id=ctx.session_id,
-                    turn_id=ctx.turn_id,
-                    owner=ctx.owner,
-                    workspace=ctx.workspace,
-                    emit=ctx.emit,
-                ),
-            )
-        return self.runner
-
-    def finished(
-        self,
-        reason: ExitReason,
-        finish: str | None = "stop",
-        error: TurnError | None = None,
-    ) -> TurnFinished:
-        finish_reason = finish if finish in ("length", "content_filter", "tool_calls") else "stop"
-        return TurnFinished(
-            exit_reason=reason,
-            finish_reason=finish_reason,  # type: ignore[arg-type]
-            usage=self.usage,
-            cost=self.cost,
-            upstream_calls=self.calls,
-            iterations=self.iterations,
-            error=error,
-            tools_ran=self.tools_ran,
-            routes=self.routes,
-        )
 
 
 async def run_turn(ctx: TurnContext) -> TurnFinished:
@@ -221,10 +95,10 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
             if not calls and ctx.output_format is not None:
                 conformed = await conform(ctx, state, reply, ctx.output_format)
                 if conformed is None:
-                    return state.finished("invalid_output", error=_error("invalid_output", 502))
+                    return state.finished("invalid_output", error=_error("invalid_output"))
                 reply = conformed
                 ctx.emit(TurnText(reply.text))
-            persist_reply(ctx, reply, calls)  # persist before act
+            await persist_intent(ctx, reply, calls)  # persist before act
             if final:
                 return state.finished("budget_exhausted", reply.finish)
             if not calls:
@@ -256,16 +130,16 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
         log.warning("turn %s: upstream %s: %s", ctx.turn_id, exc.kind, exc.message)
         return state.finished("upstream_error", error=upstream_turn_error(exc, state))
     except LeaseLost:
-        return state.finished("lease_lost", error=_error("session_busy", 409, "conflict"))
-    except SQLAlchemyError:
+        return state.finished("lease_lost", error=_error("session_busy", "conflict"))
+    except PersistenceError:
         log.exception("turn %s: persistence failed", ctx.turn_id)
-        return state.finished("persistence_failed", error=_error("persistence_failed", 500))
+        return state.finished("persistence_failed", error=_error("persistence_failed"))
     except asyncio.CancelledError:
         keep_partial_reply(ctx, state)
         return state.finished("cancelled")
     except Exception:
         log.exception("turn %s: internal error", ctx.turn_id)
-        return state.finished("internal_error", error=_error("internal_error", 500))
+        return state.finished("internal_error", error=_error("internal_error"))
 
 
 async def conform(
@@ -441,6 +315,29 @@ def record_call(
     state.cost = state.cost + cost
 
 
+async def persist_intent(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, ...]) -> None:
+    """Store the reply before anything acts on it. With tool calls that is a commit, made on
+    the store's writer thread (with the call's deferred usage row) so a stalled disk holds
+    this turn only; a plain answer rides in the turn's closing commit."""
+    if not calls:
+        persist_reply(ctx, reply, calls)
+        return
+    carry = ctx.store.detach_deferred()
+
+    def commit() -> None:
+        with ctx.store.unit(carry=carry):
+            persist_reply(ctx, reply, calls)
+
+    landing = asyncio.ensure_future(ctx.store.off_loop(commit))
+    try:
+        await asyncio.shield(landing)
+    except asyncio.CancelledError:
+        # The commit goes on in the writer thread; let it land before the cancellation
+        # closes the calls it records, or they would stay open until the next request.
+        await asyncio.wait({landing})
+        raise
+
+
 def persist_reply(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, ...]) -> None:
     if not reply.text and not calls:
         return
@@ -473,11 +370,11 @@ def keep_partial_reply(ctx: TurnContext, state: TurnState) -> None:
             turn_id=ctx.turn_id,
             result=CANCELLED_RESULT,
         )
-    except (LeaseLost, SQLAlchemyError):
+    except (LeaseLost, PersistenceError):
         log.exception("turn %s: could not record the cancellation", ctx.turn_id)
 
 
-def _error(code: str, status: int, type_: str = "server_error") -> TurnError:
+def _error(code: str, type_: str = "server_error") -> TurnError:
     messages = {
         "session_busy": "another turn took over this session",
         "persistence_failed": "the turn could not be saved; nothing further was run",
@@ -485,31 +382,16 @@ def _error(code: str, status: int, type_: str = "server_error") -> TurnError:
         "invalid_output": "the model's answer did not match the requested response_format, "
         "also after one repair attempt",
     }
-    return TurnError(message=messages.get(code, code), type=type_, code=code, status=status)
-
-
-# What an upstream failure means to the client: an upstream key or request the provider
-# refuses is not a server fault a retry could fix, so it must not be a 5xx every SDK retries.
-_UPSTREAM_STATUS = {
-    "rate_limited": 429,
-    "overloaded": 503,
-    "context_overflow": 400,
-    "content_policy": 400,
-    "bad_request": 400,
-    "not_found": 400,
-    "auth": 403,
-}
+    return TurnError(message=messages.get(code, code), type=type_, code=code)
 
 
 def upstream_turn_error(exc: ProviderError, state: TurnState | None = None) -> TurnError:
-    status = _UPSTREAM_STATUS.get(exc.kind, 502)
     # After a server-side tool ran, a blind retry would run it again.
     side_effects = state is not None and state.tools_ran > 0
     return TurnError(
         message=f"upstream model call failed ({exc.kind})",
         type="upstream_error",
         code=f"upstream_{exc.kind}",
-        status=status,
         retryable=exc.retryable and not side_effects,
         retry_after=exc.retry_after,
     )

@@ -21,7 +21,10 @@ from app.agent.events import ClientToolCalls, TurnError, TurnFinished, TurnText
 from app.agent.ledger import CallSite, Timing, record_call
 from app.agent.loop import upstream_turn_error
 from app.agent.projection import project
+from app.agent.refusals import SpendRefused
+from app.agent.spend_caps import SpendCaps, price_override
 from app.agent.structured import output_problem
+from app.agent.turn_request import TurnRequest, check_tool_choice, refuse_prefill
 from app.agent.turns import TurnHandle
 from app.config import Profile
 from app.db.chat_store import StoredImage
@@ -156,7 +159,6 @@ async def run_relay(relay: RelayInput, handle: TurnHandle) -> TurnFinished:
                 message="the model's answer did not match the requested response_format",
                 type="server_error",
                 code="invalid_output",
-                status=502,
             )
             return done(
                 cost, usage, exit_reason="invalid_output", finish_reason="stop", error=error
@@ -164,3 +166,49 @@ async def run_relay(relay: RelayInput, handle: TurnHandle) -> TurnFinished:
         handle.publish(TurnText(reply.text))
     finish = reply.finish if reply.finish in ("length", "content_filter") else "stop"
     return done(cost, usage, exit_reason="completed", finish_reason=finish)
+
+
+def relay_input(
+    req: TurnRequest, *, store: Store, provider: Provider, spend: SpendCaps, metrics: Metrics
+) -> RelayInput:
+    """A relay turn's whole input: no tools of ours, nothing kept but the usage ledger."""
+    refuse_prefill(req, provider)
+    profile = req.profile
+    guard = spend.guard(profile, owner=req.owner, session=None, request_cap=req.max_cost_usd)
+    if (refusal := guard.check()) is not None:
+        raise SpendRefused(refusal)
+    specs = req.client_tools
+    check_tool_choice(req.tool_choice, specs)
+    return RelayInput(
+        store=store,
+        provider=provider,
+        profile=profile,
+        ledger_session=ledger_session(store, owner=req.owner, profile=profile.name),
+        owner=req.owner,
+        instructions=req.instructions,
+        rows=tuple(req.rows()),
+        images={i.sha256: i for i in req.images()},
+        tools=specs,
+        tool_choice=req.tool_choice,
+        parallel_tool_calls=req.parallel_tool_calls,
+        output_format=req.output_format,
+        sampling=req.sampling,
+        spend=guard,
+        price_override=price_override(profile),
+        metrics=metrics,
+    )
+
+
+def ledger_session(store: Store, *, owner: str, profile: str) -> str:
+    """The bookkeeping session that holds one principal's relay calls for one profile."""
+    ledger_id = f"relay_{owner[:16]}_{profile}"[:128]
+    if store.get_session(session_id=ledger_id) is None:
+        try:
+            store.create_session(
+                session_id=ledger_id, owner=owner, profile=profile, system_prompt=""
+            )
+        except Exception:
+            # A concurrent first relay request created it: that is all we needed.
+            if store.get_session(session_id=ledger_id) is None:
+                raise
+    return ledger_id

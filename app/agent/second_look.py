@@ -139,7 +139,6 @@ def empty_reply_error(*, side_effects: bool) -> TurnError:
         "also after one retry",
         type="upstream_error",
         code="empty_reply",
-        status=502,
         # A fresh attempt may well answer; after a server tool ran it would run it again.
         retryable=not side_effects,
     )

@@ -8,33 +8,15 @@ sender hears "accepted": a crash after that point loses nothing.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 from app.db.store import NewMessage
 
 if TYPE_CHECKING:
-    from app.agent.loop import TurnContext
+    from app.agent.turn_context import TurnContext
 
 log = logging.getLogger(__name__)
-
-
-class Mailbox:
-    """Messages for a running turn, each with a future its sender waits on."""
-
-    def __init__(self) -> None:
-        self._waiting: list[tuple[str, asyncio.Future[None]]] = []
-
-    def put(self, text: str) -> asyncio.Future[None]:
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((text, done))
-        return done
-
-    def take(self) -> list[tuple[str, asyncio.Future[None]]]:
-        """Every waiting message whose sender still waits (a withdrawn one is skipped)."""
-        taken, self._waiting = self._waiting, []
-        return [(text, done) for text, done in taken if not done.done()]
 
 
 def deliver_steers(ctx: TurnContext) -> bool:

@@ -13,16 +13,20 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
+from functools import partial
 from typing import Literal
 
 from app.agent.events import TurnError, TurnEvent, TurnFinished
-from app.agent.loop import TurnContext, run_turn
-from app.agent.steer import Mailbox
+from app.agent.loop import run_turn
+from app.agent.refusals import SessionBusy as SessionBusy
+from app.agent.turn_context import Mailbox, TurnContext
 from app.agent.turn_log import log_turn
 from app.db.instance import new_lease_token as new_lease_token
-from app.db.store import Store
+from app.db.store import Carried, Store
 from app.logs import bind_turn
 from app.metrics import Metrics
+from app.providers.pricing import Cost
+from app.providers.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +35,9 @@ LEASE_TTL_S = 6 * 3600.0
 
 
 LEASE_LOST = TurnError(
-    message="another turn took over this session", type="conflict", code="session_busy", status=409
+    message="another turn took over this session", type="conflict", code="session_busy"
 )
 """The reply could not be stored because the lease had gone (as `loop.py` reports it)."""
-
-
-class SessionBusy(Exception):
-    """Another turn holds the session's lease."""
 
 
 REATTACH_GRACE_S = 3.0
@@ -52,6 +52,13 @@ RETRY_WINDOW_S = 120.0
 reattach to the finished turn it repeats."""
 
 OnFinish = Callable[["TurnHandle", TurnFinished], None]
+CLOSE_RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
+"""Waits between attempts to record a turn's end once its closing commit failed."""
+NOT_STORED = TurnError(
+    message="the turn could not be saved; nothing further was run",
+    type="server_error",
+    code="persistence_failed",
+)
 
 
 class TurnHandle:
@@ -151,6 +158,8 @@ class TurnManager:
         self._by_digest: OrderedDict[tuple[str, str], TurnHandle] = OrderedDict()
         self.running: dict[str, TurnHandle] = {}
         self.draining = False
+        self._retries: set[asyncio.Task[None]] = set()
+        """Background retries of closes the database refused (see `_close_later`)."""
         self.latest: OrderedDict[str, TurnHandle] = OrderedDict()
         """Each session's newest turn, running or finished, for stop and event replay."""
 
@@ -215,21 +224,27 @@ class TurnManager:
             raise SessionBusy(session_id)
         return lease
 
-    def start(
+    @staticmethod
+    def new_handle() -> TurnHandle:
+        """A turn's identity and event sink, before its context exists."""
+        return TurnHandle("turn_" + secrets.token_hex(8), "")
+
+    def launch(
         self,
-        make_context: Callable[[str, Callable[[TurnEvent], None]], TurnContext],
+        handle: TurnHandle,
+        ctx: TurnContext,
         *,
         on_finish: OnFinish | None = None,
+        cancelled: bool = False,
     ) -> TurnHandle:
-        """Start a turn whose context (already holding the lease) `make_context` builds
-        whole from the turn's id and event sink."""
-        turn_id = "turn_" + secrets.token_hex(8)
-        handle = TurnHandle(turn_id, "")
-        ctx = make_context(turn_id, handle.publish)
+        """Run a turn whose context (already holding the lease, its turn row recorded) was
+        built whole for `handle`. `cancelled`: nobody waits for it any more, so it only
+        records its end (a task cancelled before its first step would skip its close)."""
         handle.session_id = ctx.session_id
         handle.mailbox = ctx.mailbox
-        self.store.start_turn(session_id=ctx.session_id, lease=ctx.lease, turn_id=turn_id)
-        handle.task = asyncio.create_task(self._run(ctx, handle, on_finish), name=turn_id)
+        handle.task = asyncio.create_task(
+            self._run(ctx, handle, on_finish, cancelled=cancelled), name=handle.turn_id
+        )
         self._track(handle)
         return handle
 
@@ -241,8 +256,9 @@ class TurnManager:
         profile: str,
     ) -> TurnHandle:
         """A turn with no log of its own (a relay): events, cancellation and metrics only."""
-        turn_id = "turn_" + secrets.token_hex(8)
-        handle = TurnHandle(turn_id, session_id)
+        handle = self.new_handle()
+        handle.session_id = session_id
+        turn_id = handle.turn_id
 
         async def body() -> TurnFinished:
             self.metrics.in_flight.inc()
@@ -273,44 +289,41 @@ class TurnManager:
                 log.exception("turn %s: a close hook failed", handle.turn_id)
 
     async def _run(
-        self, ctx: TurnContext, handle: TurnHandle, on_finish: OnFinish | None
+        self,
+        ctx: TurnContext,
+        handle: TurnHandle,
+        on_finish: OnFinish | None,
+        *,
+        cancelled: bool = False,
     ) -> TurnFinished:
         finished: TurnFinished | None = None
         bind_turn(session=ctx.session_id, turn=handle.turn_id)
         started = time.monotonic()
         self.metrics.in_flight.inc()
         try:
+            if cancelled:
+                raise asyncio.CancelledError
             finished = await run_turn(ctx)
             return finished
         finally:
             self.metrics.in_flight.dec()
-            self.running.pop(handle.turn_id, None)
             if self.draining and finished is not None and finished.exit_reason == "cancelled":
                 finished = replace(finished, exit_reason="interrupted")  # nobody asked it to stop
             reason = finished.exit_reason if finished else "cancelled"
             self.metrics.turns.labels(ctx.profile.name, reason).inc()
+            carry = self.store.detach_deferred()
+            closing = partial(self._record_end, ctx, handle, finished, on_finish, carry)
             try:
-                # One commit: what the turn deferred (its reply, usage), the after-turn
-                # bookkeeping (the transcript index), finish, release.
-                with self.store.unit():
-                    lost = self.store.take_lost(session_id=ctx.session_id, lease=ctx.lease)
-                    if lost and finished is not None and finished.error is None:
-                        finished = replace(finished, exit_reason="lease_lost", error=LEASE_LOST)
-                    if on_finish is not None and finished is not None:
-                        try:
-                            on_finish(handle, finished)
-                        except Exception:
-                            log.exception("turn %s: after-turn bookkeeping failed", handle.turn_id)
-                    self.store.close_turn(
-                        session_id=ctx.session_id,
-                        lease=ctx.lease,
-                        turn_id=handle.turn_id,
-                        exit_reason=finished.exit_reason if finished else "cancelled",
-                        iterations=finished.iterations if finished else 0,
-                        error=finished.error.code if finished and finished.error else None,
-                    )
+                finished = await self.store.off_loop(closing)
             except Exception:
                 log.exception("turn %s: could not close the turn record", handle.turn_id)
+                finished = self._close_later(ctx, handle, finished)
+            except asyncio.CancelledError:
+                # Cancelled again while closing (shutdown): the writer thread still
+                # commits the close; the client-facing end below must still happen.
+                log.warning("turn %s: cancelled while its close was committing", handle.turn_id)
+            # Still `running` while closing: a shutdown waits for the close to land.
+            self.running.pop(handle.turn_id, None)
             log_turn(
                 turn_id=handle.turn_id,
                 session_id=ctx.session_id,
@@ -319,6 +332,73 @@ class TurnManager:
                 started=started,
             )
             self._close(handle, finished)
+
+    def _close_later(
+        self, ctx: TurnContext, handle: TurnHandle, finished: TurnFinished | None
+    ) -> TurnFinished:
+        """The closing commit failed (the database refused writes): the reply it carried is
+        lost, so the client hears `persistence_failed`; the finish record and the lease's
+        release are retried in the background, or the session would stay busy until a
+        restart."""
+        if finished is None or finished.error is None:
+            failed = finished or TurnFinished("cancelled", "stop", Usage(), Cost.zero(), 0)
+            finished = replace(failed, exit_reason="persistence_failed", error=NOT_STORED)
+        outcome = finished
+
+        def close() -> None:
+            self.store.close_turn(
+                session_id=ctx.session_id,
+                lease=ctx.lease,
+                turn_id=handle.turn_id,
+                exit_reason=outcome.exit_reason,
+                iterations=outcome.iterations,
+                error=outcome.error.code if outcome.error else None,
+            )
+
+        async def retry() -> None:
+            for delay in CLOSE_RETRY_S:
+                await asyncio.sleep(delay)
+                try:
+                    await self.store.off_loop(close)
+                    return
+                except Exception:
+                    log.warning("turn %s: closing still fails; retrying", handle.turn_id)
+            log.error("turn %s: gave up closing; the lease clears at restart", handle.turn_id)
+
+        task = asyncio.create_task(retry(), name=f"close-{handle.turn_id}")
+        self._retries.add(task)
+        task.add_done_callback(self._retries.discard)
+        return finished
+
+    def _record_end(
+        self,
+        ctx: TurnContext,
+        handle: TurnHandle,
+        finished: TurnFinished | None,
+        on_finish: OnFinish | None,
+        carry: Carried,
+    ) -> TurnFinished | None:
+        """The turn's closing commit, on the store's writer thread: what the turn deferred
+        (its reply, usage), the after-turn bookkeeping (the transcript index), finish,
+        release. Returns the outcome, `lease_lost` if the reply could not be stored."""
+        with self.store.unit(carry=carry):
+            lost = self.store.take_lost(session_id=ctx.session_id, lease=ctx.lease)
+            if lost and finished is not None and finished.error is None:
+                finished = replace(finished, exit_reason="lease_lost", error=LEASE_LOST)
+            if on_finish is not None and finished is not None:
+                try:
+                    on_finish(handle, finished)
+                except Exception:
+                    log.exception("turn %s: after-turn bookkeeping failed", handle.turn_id)
+            self.store.close_turn(
+                session_id=ctx.session_id,
+                lease=ctx.lease,
+                turn_id=handle.turn_id,
+                exit_reason=finished.exit_reason if finished else "cancelled",
+                iterations=finished.iterations if finished else 0,
+                error=finished.error.code if finished and finished.error else None,
+            )
+        return finished
 
     async def shutdown(self, drain_s: float = 0.0) -> None:
         """Let running turns finish for up to `drain_s`, then cancel the rest; a turn cut

@@ -71,14 +71,12 @@ def index_transcript(
     if not keys:
         return
     with store.begin() as conn:
-        compactions = conn.execute(
-            text("SELECT compactions FROM session WHERE id = :sid"), {"sid": session_id}
-        ).scalar_one()
+        # The session's compaction count is read by the insert itself: one statement.
         conn.execute(
             text(
                 "INSERT INTO transcript_key "
                 "(prefix_hash, session_id, position, last_row_id, compactions, created_at) "
-                "VALUES (:h, :sid, :pos, :row, :comp, :now)"
+                "SELECT :h, :sid, :pos, :row, compactions, :now FROM session WHERE id = :sid"
             ),
             [
                 {
@@ -86,7 +84,6 @@ def index_transcript(
                     "sid": session_id,
                     "pos": k.position,
                     "row": k.last_row_id,
-                    "comp": compactions,
                     "now": time.time(),
                 }
                 for k in keys

@@ -18,6 +18,7 @@ A text turn commits twice, by two mechanisms:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import os
@@ -25,14 +26,16 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, bindparam, insert, text, update
 from sqlalchemy import select as core_select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, SQLModel, col, func, select
 
 from app.db.engine import make_engine
@@ -78,7 +81,19 @@ class LeaseLost(Exception):
 
 
 class PersistenceError(Exception):
-    """A write failed; the caller ends the turn rather than act on unrecorded intent."""
+    """A write failed; the caller ends the turn rather than act on unrecorded intent.
+
+    The store's own name for a database failure: the agent catches this, never the
+    driver's exceptions, so a second backend (PostgreSQL) changes nothing above `app/db/`.
+    """
+
+
+@contextmanager
+def _as_persistence_error() -> Iterator[None]:
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise PersistenceError(f"{type(exc).__name__}: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +234,9 @@ def _stored(row: MessageRow) -> StoredMessage:
 
 Deferred = Callable[[Session], None]
 """A write that waits for the next transaction; it runs inside it, in order."""
+Carried = list[tuple[str, Deferred]]
+"""Deferred writes taken off the event loop's queue to commit in a writer-thread unit."""
+T = TypeVar("T")
 
 
 def _on_event_loop() -> bool:
@@ -247,40 +265,61 @@ class Store:
         """Tests: compare the kept log with a fresh read on every call."""
         self._lost: set[tuple[str, str]] = set()
         """(session, lease) whose deferred reply was refused: reported by `close_turn`."""
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="courier-store")
+        """The thread a turn's two transactions run on: a slow write (a 10,000-message
+        request, a disk that stalls) then holds that one thread, not every stream."""
 
     @classmethod
     def open(cls, db_path: Path) -> Store:
         return cls(make_engine(db_path))
 
     def close(self) -> None:
+        self._writer.shutdown(wait=True)  # a turn's closing commit still in flight lands
         self.engine.dispose()
+
+    async def off_loop(self, work: Callable[[], T]) -> T:
+        """Run `work` (synchronous store calls, usually one `unit()`) on the store's writer
+        thread. One thread: units never contend with each other for SQLite's write lock,
+        and they commit in the order they were submitted."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._writer, contextvars.copy_context().run, work)
+
+    def detach_deferred(self) -> Carried:
+        """Take the deferred writes off the event loop's queue, for a `unit(carry=...)` on
+        the writer thread: left queued, the loop's next-tick flush would commit them on the
+        loop, and after the closing unit released the lease they fence on."""
+        writes, self._deferred = self._deferred, []
+        self._pending_rollups.clear()
+        return writes
 
     # ------------------------------------------------------------------ transactions
 
     @contextmanager
-    def unit(self) -> Iterator[None]:
+    def unit(self, *, carry: Carried | None = None) -> Iterator[None]:
         """Make every store call inside the block (on this thread) one transaction.
 
         For synchronous spans only: the block must not await, or another coroutine's
         writes would join a transaction they know nothing about. Nested units join the
-        outer one. An exception rolls the whole unit back.
+        outer one. An exception rolls the whole unit back. `carry`: deferred writes taken
+        with `detach_deferred`, which run first.
         """
         if getattr(self._unit, "conn", None) is not None:
             yield
             return
-        with self.engine.connect() as conn:
+        with _as_persistence_error(), self.engine.connect() as conn:
             self._unit.conn = conn
+            self._unit.fenced = set()
             try:
                 conn.begin()
-                self._run_deferred_in(conn)
+                self._run_deferred_in(conn, carry)
                 yield
                 conn.commit()
             except BaseException:
                 conn.rollback()
-                self._unit.conn = None
+                self._unit.conn = self._unit.fenced = None
                 self._rolled_back()
                 raise
-            self._unit.conn = None
+            self._unit.conn = self._unit.fenced = None
         self._committed()
 
     def _session(self, *, expire_on_commit: bool = True) -> Session:
@@ -320,7 +359,7 @@ class Store:
     @contextmanager
     def _tx(self, *, flush_deferred: bool = True) -> Iterator[Session]:
         in_unit = getattr(self._unit, "conn", None) is not None
-        with self._session(expire_on_commit=False) as db:
+        with _as_persistence_error(), self._session(expire_on_commit=False) as db:
             try:
                 if flush_deferred and _on_event_loop():
                     self._run_deferred(db)
@@ -404,13 +443,23 @@ class Store:
         for _sid, write in writes:
             write(db)
 
-    def _run_deferred_in(self, conn: Connection) -> None:
+    def _run_deferred_in(self, conn: Connection, carry: Carried | None = None) -> None:
+        if carry:
+            with Session(bind=conn, expire_on_commit=False) as db:
+                for _sid, write in carry:
+                    write(db)
+                db.commit()
         if self._deferred and _on_event_loop():
             with Session(bind=conn, expire_on_commit=False) as db:
                 self._run_deferred(db)
                 db.commit()
 
     def _fenced(self, db: Session, *, session_id: str, lease: str) -> None:
+        # Inside a unit the first fence holds for the rest of it: the transaction owns the
+        # write lock, so nobody can take the lease in between (one statement, not one a write).
+        fenced: set[tuple[str, str]] | None = getattr(self._unit, "fenced", None)
+        if fenced is not None and (session_id, lease) in fenced:
+            return
         now = time.time()
         result = db.connection().execute(
             text("UPDATE session SET updated_at = :now WHERE id = :sid AND lease = :lease"),
@@ -418,6 +467,14 @@ class Store:
         )
         if getattr(result, "rowcount", 0) != 1:
             raise LeaseLost(f"turn lease for session {session_id} is not held")
+        if fenced is not None:
+            fenced.add((session_id, lease))
+
+    def _unfence(self, session_id: str, lease: str) -> None:
+        """The unit released this lease: later writes in it must check again."""
+        fenced: set[tuple[str, str]] | None = getattr(self._unit, "fenced", None)
+        if fenced is not None:
+            fenced.discard((session_id, lease))
 
     # ------------------------------------------------------------------ sessions
 
@@ -504,6 +561,7 @@ class Store:
             return getattr(result, "rowcount", 0) == 1
 
     def release_lease(self, *, session_id: str, lease: str) -> None:
+        self._unfence(session_id, lease)
         with self._tx() as db:
             db.connection().execute(
                 text(
@@ -804,6 +862,7 @@ class Store:
         Ask `take_lost` first (in the same unit) whether a deferred reply was refused
         because the lease had gone, so the turn reports that instead of success.
         """
+        self._unfence(session_id, lease)
         with self._tx() as db:
             self._finish(db, turn_id, exit_reason, iterations, error)
             db.connection().execute(

@@ -18,10 +18,10 @@ from typing import Literal
 
 import httpx
 
+from app.agent.spend_caps import price_override
 from app.config import ConfigError, Profile, Settings, is_loopback, key_problem, load_settings
 from app.providers.pricing import price_usage
 from app.providers.usage import Usage
-from app.serving import price_override
 from app.tools.sandbox import in_container, sandbox_status
 
 Level = Literal["ok", "warn", "fail"]

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.agent.events import TurnFinished
 from app.protocol.errors import ApiError
+from app.protocol.refusals import turn_error_status
 from app.providers.base import ToolCall
 
 CLIENT_TOOLS = True
@@ -421,7 +422,7 @@ def response_error(finished: TurnFinished) -> dict[str, Any] | None:
     if err is None:
         return None
     # The spec's code is a closed enum; Courier's own code travels in the message.
-    code = "rate_limit_exceeded" if err.status == 429 else "server_error"
+    code = "rate_limit_exceeded" if turn_error_status(err) == 429 else "server_error"
     return {"code": code, "message": f"{err.message} ({err.code})"}
 
 

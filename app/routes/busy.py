@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast, get_args
 
@@ -89,7 +89,7 @@ def steer_text(chat: ChatCompletionRequest) -> str:
 
 async def start_when_free(
     state: AppState,
-    start: Callable[[], StartedTurn],
+    start: Callable[[], Awaitable[StartedTurn]],
     strategy: BusyStrategy,
     steer: str | None = None,
 ) -> StartedTurn | Steered:
@@ -105,7 +105,7 @@ async def start_when_free(
                 headers={"Retry-After": "5"},
             )
         try:
-            return start()
+            return await start()
         except ApiError as exc:
             sid = exc.headers.get("X-Session-Id")
             if exc.code != "session_busy" or strategy == "reject" or sid is None:

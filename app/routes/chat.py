@@ -1,38 +1,21 @@
-"""POST /v1/chat/completions: parse, authorize, start a turn, render JSON or SSE."""
+"""POST /v1/chat/completions: parse, authorize, start a turn, render JSON or SSE.
+
+Parsing and the request's retry signals live here; starting the turn is
+`app/serving.py`; what the client receives is `app/routes/completion_output.py`.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import json
-from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import ValidationError
 
-from app.agent.events import (
-    ApprovalRequested,
-    ApprovalResolved,
-    ClientToolCalls,
-    ToolFinished,
-    ToolStarted,
-    TurnEvent,
-    TurnFinished,
-    TurnText,
-)
-from app.agent.turns import TurnHandle
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.limits import load_json_body, parse_off_loop
 from app.protocol.openai import ChatCompletionRequest
-from app.protocol.render import (
-    CompletionRenderer,
-    approval_event_payload,
-    error_payload,
-    retry_headers,
-    tool_event_payload,
-)
-from app.providers.base import ToolCall
+from app.protocol.render import CompletionRenderer
 from app.routes.busy import (
     Steered,
     busy_strategy,
@@ -41,8 +24,9 @@ from app.routes.busy import (
     steer_text,
     steered_response,
 )
+from app.routes.completion_output import json_completion, sse_frames
 from app.routes.deps import PrincipalDep, StateDep, read_limited_body, turn_slot
-from app.routes.event_stream import EventSourceResponse, ServerSentEvent
+from app.routes.event_stream import EventSourceResponse
 from app.serving import Retry
 
 router = APIRouter()
@@ -128,136 +112,3 @@ async def chat_completions(request: Request, state: StateDep, principal: Princip
             sep="\n",
         )
     return await json_completion(request, started.handle, renderer, headers)
-
-
-async def _disconnected(request: Request) -> None:
-    """Returns when the client hangs up (the body is already read, so the next ASGI
-    message is the disconnect)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _collect(handle: TurnHandle) -> tuple[str, tuple[ToolCall, ...], TurnFinished]:
-    text: list[str] = []
-    calls: tuple[ToolCall, ...] = ()
-    async for event in handle.events():
-        if isinstance(event, TurnText):
-            text.append(event.text)
-        elif isinstance(event, ClientToolCalls):
-            calls = event.calls
-        elif isinstance(event, TurnFinished):
-            return "".join(text), calls, event
-    raise AssertionError("a turn's events end with TurnFinished")
-
-
-async def json_completion(
-    request: Request, handle: TurnHandle, renderer: CompletionRenderer, headers: dict[str, str]
-) -> Response:
-    collect = asyncio.ensure_future(_collect(handle))
-    hangup = asyncio.ensure_future(_disconnected(request))
-    try:
-        await asyncio.wait({collect, hangup}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        handle.abandon()
-        raise
-    finally:
-        hangup.cancel()
-    if not collect.done():
-        # The client hung up (an SDK timeout): stop the turn as a stream would, so its
-        # retry does not find the first attempt still running tools beside it.
-        collect.cancel()
-        await asyncio.gather(collect, return_exceptions=True)
-        handle.abandon()
-        return Response(status_code=499)
-    text, calls, finished = collect.result()
-    headers = {
-        **headers,
-        "X-Courier-Upstream-Calls": str(finished.upstream_calls),
-        "X-Courier-Cost-USD": str(finished.cost.amount)
-        if finished.cost.amount is not None
-        else "unknown",
-    }
-    if finished.error is not None:
-        err = finished.error
-        return JSONResponse(
-            error_payload(err), status_code=err.status, headers={**headers, **retry_headers(err)}
-        )
-    handle.delivered = True
-    return JSONResponse(renderer.completion(text, finished, calls), headers=headers)
-
-
-async def sse_frames(
-    handle: TurnHandle,
-    renderer: CompletionRenderer,
-    keepalive_s: float,
-    *,
-    tool_events: bool = False,
-    approval_events: bool = False,
-) -> AsyncIterator[ServerSentEvent | bytes]:
-    """Standard chunks, a comment line whenever `keepalive_s` pass without a byte, and
-    progress chunks only for a client that asked.
-
-    Events already queued go out as one write: a socket write per chunk was the largest
-    single cost of a fast stream, and joining only what is ready never delays a byte."""
-    yield ServerSentEvent(data=renderer.role_chunk())
-    queue = handle.subscribe()
-    finished = False
-    try:
-        while not finished:
-            try:
-                # No task per event (3.11's wait_for makes one): a ready event is taken at
-                # once, and a wait is a timer on this task.
-                if queue.empty():
-                    async with asyncio.timeout(keepalive_s):
-                        event = await queue.get()
-                else:
-                    event = queue.get_nowait()
-            except TimeoutError:
-                yield ServerSentEvent(comment="keepalive")
-                continue
-            opted = {"tool_events": tool_events, "approval_events": approval_events}
-            frames = event_frames(event, renderer, **opted)
-            finished = isinstance(event, TurnFinished)
-            while not finished and not queue.empty():
-                event = queue.get_nowait()
-                frames += event_frames(event, renderer, **opted)
-                finished = isinstance(event, TurnFinished)
-            if finished:
-                assert isinstance(event, TurnFinished)
-                handle.delivered = event.error is None
-            if frames:
-                yield b"".join(frame.encode() for frame in frames)
-    finally:
-        handle.unsubscribe(queue)
-        if not finished:
-            # The client went away (a voice interruption, a closed tab): stop the work,
-            # unless an idempotency key lets a retry reattach within the grace period.
-            handle.abandon()
-
-
-def event_frames(
-    event: TurnEvent,
-    renderer: CompletionRenderer,
-    *,
-    tool_events: bool,
-    approval_events: bool = False,
-) -> list[ServerSentEvent]:
-    """The frames one turn event becomes (none for events this client did not ask for)."""
-    if isinstance(event, TurnText):
-        return [ServerSentEvent(data=renderer.text_chunk(event.text))]
-    if isinstance(event, ClientToolCalls):
-        return [ServerSentEvent(data=chunk) for chunk in renderer.tool_call_chunks(event.calls)]
-    if tool_events and isinstance(event, ToolStarted | ToolFinished):
-        return [ServerSentEvent(data=renderer.progress_chunk(tool_event_payload(event)))]
-    if approval_events and isinstance(event, ApprovalRequested | ApprovalResolved):
-        return [ServerSentEvent(data=renderer.progress_chunk(approval_event_payload(event)))]
-    if not isinstance(event, TurnFinished):
-        return []
-    if event.error is not None:
-        # Headers are gone: the error travels inside the stream.
-        frames = [ServerSentEvent(data=json.dumps(error_payload(event.error)))]
-    else:
-        frames = [ServerSentEvent(data=renderer.finish_chunk(event))]
-        if renderer.include_usage:
-            frames.append(ServerSentEvent(data=renderer.usage_chunk(event)))
-    return [*frames, ServerSentEvent(data="[DONE]")]

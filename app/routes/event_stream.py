@@ -4,7 +4,7 @@ sse-starlette wraps every send in its own cancel scope (a per-send timeout), run
 group of three watchers per response and polls for shutdown; on a stream of 40 frames
 that is a visible share of a turn's CPU. Here a response costs one watcher task (for
 the client's disconnect) and a frame costs its encoding and one send. Keepalives are
-the frame source's business (`routes.chat.sse_frames` writes comment frames), so there
+the frame source's business (`routes.completion_output.sse_frames` writes comment frames), so there
 is no ping task either.
 
 The names and the frame encoding match sse-starlette's, so the bytes on the wire are the

@@ -16,6 +16,7 @@ from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
 from app.agent.turns import SessionBusy
 from app.db.session_models import ResponseRow
 from app.protocol.errors import ApiError, validation_error
+from app.protocol.refusals import turn_error_status
 from app.protocol.render import error_payload, retry_headers, tool_event_payload
 from app.protocol.responses import EventRenderer, ResponseCreateRequest
 from app.responses_serving import (
@@ -26,6 +27,7 @@ from app.responses_serving import (
 )
 from app.routes.body import parse_json_object
 from app.routes.chat import retry_of
+from app.routes.completion_output import client_gone
 from app.routes.deps import PrincipalDep, StateDep, read_limited_body, turn_slot
 from app.security.auth import Principal
 from app.state import AppState
@@ -67,7 +69,9 @@ async def create_response(request: Request, state: StateDep, principal: Principa
     body = parse_request(raw)
     slot = turn_slot(state, principal)
     try:
-        run = serving(state).start(body, principal, retry=retry_of(request, b"responses\n" + raw))
+        run = await serving(state).start(
+            body, principal, retry=retry_of(request, b"responses\n" + raw)
+        )
     except ResponseNotFound as exc:
         slot.release()
         raise not_found(exc) from None
@@ -94,7 +98,7 @@ async def create_response(request: Request, state: StateDep, principal: Principa
             ping=0,
             sep="\n",
         )
-    hangup = asyncio.ensure_future(_disconnected(request))
+    hangup = asyncio.ensure_future(client_gone(request))
     try:
         await asyncio.wait({run.done, hangup}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
@@ -111,17 +115,12 @@ async def create_response(request: Request, state: StateDep, principal: Principa
     if finished.error is not None and not final["output"]:
         err = finished.error
         return JSONResponse(
-            error_payload(err), status_code=err.status, headers={**headers, **retry_headers(err)}
+            error_payload(err),
+            status_code=turn_error_status(err),
+            headers={**headers, **retry_headers(err)},
         )
     run.handle.delivered = True
     return JSONResponse(final, headers=headers)
-
-
-async def _disconnected(request: Request) -> None:
-    """Returns when the client hangs up (the body is already read, so the next ASGI
-    message is the disconnect)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
 
 
 async def frames(

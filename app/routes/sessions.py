@@ -59,7 +59,7 @@ def owned_summary(state: AppState, principal: Principal, session_id: str) -> q.S
 
 def session_json(state: AppState, summary: q.SessionSummary) -> dict[str, Any]:
     s: SessionRow = summary.session
-    report = cost_report(summary.calls, profile_pricer(state.chat.profiles), buckets=False)
+    report = cost_report(summary.calls, profile_pricer(state.chat.profiles.by_name), buckets=False)
     return {
         "id": s.id,
         "object": "courier.session",
@@ -271,7 +271,7 @@ async def delete_session(
 @router.get("/v1/sessions/{session_id}/cost")
 async def session_cost(session_id: str, state: StateDep, principal: ReaderDep) -> dict[str, Any]:
     summary = owned_summary(state, principal, session_id)
-    pricer = profile_pricer(state.chat.profiles)
+    pricer = profile_pricer(state.chat.profiles.by_name)
     report = await asyncio.to_thread(cost_report, summary.calls, pricer)
     return {"object": "courier.session_cost", "session_id": session_id, **report.as_json()}
 

@@ -1,6 +1,8 @@
-"""Durable idempotency: an `Idempotency-Key` holds for 24 hours and across restarts.
+"""Retries find the turn they repeat: an `Idempotency-Key`, or the implicit signals every
+client sends (a byte-identical body, the SDK's retry counter).
 
-The turn manager remembers keys in memory, which a restart forgets: a client retrying
+Durable idempotency: an `Idempotency-Key` holds for 24 hours and across restarts. The turn
+manager remembers keys in memory, which a restart forgets: a client retrying
 after a deploy would run its turn, and its tools, twice. Here every keyed turn is recorded
 when it starts and, when it ends, with its events; a replay the memory no longer knows is
 answered from the record: the same completion id, text and usage, streamed or not. A
@@ -12,13 +14,24 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from app.agent.event_codec import decode, encode
-from app.agent.turns import TurnHandle
+from app.agent.refusals import IdempotencyKeyReused, TurnCancelled
+from app.agent.turns import TurnHandle, TurnManager
 from app.db.idempotency_store import IdempotencyStore
-from app.protocol.errors import ApiError
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """How this request relates to an earlier one: an explicit key, or the implicit
+    signals every client sends (a byte-identical body, the SDK's retry counter)."""
+
+    digest: str
+    key: str | None = None
+    marked: bool = False
 
 
 class DurableKeys:
@@ -51,12 +64,7 @@ class DurableKeys:
         if record is None:
             return None
         if record.digest != digest:
-            raise ApiError(
-                409,
-                "this Idempotency-Key was used for a different request",
-                param="Idempotency-Key",
-                code="idempotency_key_reused",
-            )
+            raise IdempotencyKeyReused()
         events = [decode(e) for e in record.events or []]
         outcome = events[-1] if events else None
         if (
@@ -68,13 +76,9 @@ class DurableKeys:
                 "interrupted",
             )
         ):
-            raise ApiError(
-                409,
+            raise TurnCancelled(
                 "the turn started with this Idempotency-Key did not finish (it was cancelled "
-                "or the server stopped); send the request with a new key to run it again",
-                param="Idempotency-Key",
-                code="turn_cancelled",
-                headers={"x-should-retry": "false"},
+                "or the server stopped); send the request with a new key to run it again"
             )
         handle = TurnHandle(record.turn_id, record.session_id)
         handle.completion_id, handle.created = record.completion_id, record.created
@@ -84,3 +88,33 @@ class DurableKeys:
         handle.finished_at = time.monotonic()
         log.info("idempotent replay of turn %s from the database", record.turn_id)
         return handle
+
+
+class Twins:
+    """The in-memory twins of the turn manager, backed by the durable keys."""
+
+    def __init__(self, turns: TurnManager, durable: DurableKeys | None) -> None:
+        self.turns = turns
+        self.durable = durable
+
+    def find(self, owner: str, retry: Retry) -> TurnHandle | None:
+        """The turn this request repeats, if any: running (attach) or finished (replay)."""
+        if retry.key is not None and (seen := self.turns.find(owner, retry.key)):
+            if seen.request_digest != retry.digest:
+                raise IdempotencyKeyReused()
+            if seen.cancelled:
+                raise TurnCancelled()  # never replay a cancelled turn as an empty success
+            return seen
+        if retry.key is not None and self.durable is not None:
+            replayed = self.durable.replay(owner=owner, key=retry.key, digest=retry.digest)
+            if replayed is not None:
+                self.turns.remember(replayed, owner, retry.key, retry.digest)
+                return replayed
+        return self.turns.find_twin(owner, retry.digest, marked_retry=retry.marked)
+
+    def remember(self, handle: TurnHandle, owner: str, retry: Retry) -> None:
+        if retry.key is not None:
+            self.turns.remember(handle, owner, retry.key, retry.digest)
+            if self.durable is not None:
+                self.durable.started(handle, owner=owner, key=retry.key, digest=retry.digest)
+        self.turns.remember_twin(handle, owner, retry.digest)

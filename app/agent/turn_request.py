@@ -1,0 +1,98 @@
+"""What the agent is asked to do, in its own terms: no wire models, no HTTP.
+
+The protocol layer translates a client's request into a `TurnRequest` once
+(`app/protocol/conversation.py`); from there session placement, the relay and the turn read
+only these frozen values, so a second front door (the Responses API) and the chat path
+cannot disagree about what a message means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Literal
+
+from app.agent.continuity import VisibleMessage
+from app.agent.refusals import PrefillUnsupported, UnknownToolChoice
+from app.config import Profile
+from app.db.chat_store import StoredImage
+from app.db.store import NewMessage
+from app.providers.base import OutputFormat, Provider, SamplingParams, ToolChoice, ToolSpec
+
+Role = Literal["user", "assistant", "tool", "system", "developer", "function"]
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingMessage:
+    """One client message after the leading instructions, translated once."""
+
+    role: Role
+    row: NewMessage | None
+    """The log row it becomes (None: an assistant message with neither text nor calls)."""
+    visible: VisibleMessage | None
+    """What the continuity chain matches on (None for an instruction)."""
+    images: tuple[StoredImage, ...]
+    param: str
+    """Where it sits in the client's request (`messages[3]`), for errors that name it."""
+
+    @property
+    def has_calls(self) -> bool:
+        return bool(self.row is not None and self.row.tool_calls)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    owner: str
+    admin: bool
+    session_id: str | None
+    """The session the client named (header or body), if any."""
+    profile: Profile
+    instructions: tuple[str, ...]
+    """Leading system/developer texts: the context tier of the session's prompt."""
+    messages: tuple[IncomingMessage, ...]
+    client_tools: tuple[ToolSpec, ...]
+    tool_choice: ToolChoice
+    """`auto`, `none`, `required` or one tool's name (checked against the turn's tools)."""
+    sampling: SamplingParams
+    output_format: OutputFormat | None = None
+    parallel_tool_calls: bool | None = None
+    end_user: str | None = None
+    """The client's `user` / `safety_identifier`: scopes stateless continuity."""
+    max_cost_usd: Decimal | None = None
+    """The request's own spend cap."""
+
+    def rows(self, start: int = 0) -> list[NewMessage]:
+        return [m.row for m in self.messages[start:] if m.row is not None]
+
+    def images(self, start: int = 0) -> list[StoredImage]:
+        return [image for m in self.messages[start:] for image in m.images]
+
+
+def new_tail(messages: tuple[IncomingMessage, ...]) -> int:
+    """Where the new part of a request for a known session starts: the trailing run of
+    user, instruction and tool messages (plus a final assistant prefill). With a session
+    id the server's log is the truth, so older messages are not appended again."""
+    end = len(messages)
+    if end and messages[-1].role == "assistant":
+        end -= 1
+    start = end
+    while start > 0 and messages[start - 1].role != "assistant":
+        start -= 1
+    return start
+
+
+def check_tool_choice(choice: ToolChoice, specs: tuple[ToolSpec, ...]) -> None:
+    """A named tool_choice must name one of the turn's tools."""
+    if choice not in ("auto", "none", "required") and choice not in {s.name for s in specs}:
+        raise UnknownToolChoice(choice)
+
+
+def refuse_prefill(req: TurnRequest, provider: Provider) -> None:
+    """A trailing assistant message asks to continue it: only where the upstream can."""
+    last = req.messages[-1] if req.messages else None
+    if last is None or last.role != "assistant" or last.has_calls:
+        return
+    profile = req.profile
+    if profile.prefill if profile.prefill is not None else provider.prefill:
+        return
+    raise PrefillUnsupported(param=last.param)
