@@ -73,6 +73,7 @@ class _Connection(asyncio.Protocol):
             self._fail(httpx.RemoteProtocolError(f"malformed response: {exc}"))
 
     def eof_received(self) -> bool | None:
+        self.closed = True  # never reused: connection_lost follows on the next loop turn
         return None  # close the transport: a half-open HTTP/1.1 connection is done
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -271,7 +272,13 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 conn = await self._connect(origin, request, timeout.get("connect"))
             conn.start()
             assert conn.transport is not None
-            conn.transport.write(data)
+            try:
+                conn.transport.write(data)
+            except RuntimeError:  # closed between the check and the write
+                conn.close()
+                if not fresh and attempt == 0:
+                    continue
+                raise httpx.WriteError("upstream connection closed", request=request) from None
             try:
                 while not conn.head_done and conn.error is None:
                     await conn.wait(timeout.get("read"))
@@ -304,7 +311,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
         now = time.monotonic()
         while idle:
             conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < KEEPALIVE_EXPIRY_S:
+            alive = conn.transport is not None and not conn.transport.is_closing()
+            if alive and not conn.closed and now - conn.idle_since < KEEPALIVE_EXPIRY_S:
                 return conn
             conn.close()
         return None
