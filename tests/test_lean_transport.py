@@ -281,3 +281,18 @@ async def test_https_verifies_the_certificate_and_reuses_the_connection(
         async with client() as http:
             with pytest.raises(httpx.ConnectError):
                 await http.post(url, content=b"{}")
+
+
+async def test_httpx_own_transport_is_one_setting_away() -> None:
+    from app.config import load_settings
+    from app.providers.clients import UpstreamClients
+
+    key = "a-perfectly-fine-key-123"
+    assert load_settings(api_key=key).upstream_transport == "lean"
+    settings = load_settings(api_key=key, upstream_transport="httpx")
+    for lean, kind in ((True, LeanTransport), (False, httpx.AsyncHTTPTransport)):
+        clients = UpstreamClients(max_connections=2, lean=lean)
+        http = clients.for_url("http://127.0.0.1:1/v1", timeout=5)
+        assert type(http._transport) is kind  # the transport httpx sends through
+        await clients.aclose()
+    assert settings.upstream_transport == "httpx"

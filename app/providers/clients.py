@@ -16,8 +16,9 @@ from app.providers.transport import LeanTransport
 
 
 class UpstreamClients:
-    def __init__(self, *, max_connections: int) -> None:
+    def __init__(self, *, max_connections: int, lean: bool = True) -> None:
         self._max = max_connections
+        self._lean = lean
         self._clients: dict[tuple[str, float], httpx.AsyncClient] = {}
 
     def for_url(self, base_url: str, *, timeout: float) -> httpx.AsyncClient:
@@ -33,7 +34,7 @@ class UpstreamClients:
                 limits=httpx.Limits(max_connections=self._max, max_keepalive_connections=self._max),
                 # httpcore's h11-on-anyio path cost about 2 ms of CPU per streamed call
                 # (benchmarks/hot_path_floors.py); this one keeps httpx and its semantics.
-                transport=LeanTransport(max_connections=self._max),
+                transport=LeanTransport(max_connections=self._max) if self._lean else None,
             )
             self._clients[key] = client
         return client
