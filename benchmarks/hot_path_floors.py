@@ -4,7 +4,8 @@ Issue 10 asks, where a library in the stack makes a CPU target unreachable, for 
 measurement that proves it and what replacing the library would gain. This prints, for
 one streamed request of 40 chunks (and per chunk, from 400-chunk replies), CPU of:
 
-* Courier's own server per new-session request: the reference every ratio is against;
+* Courier's own server per new-session request: the reference every ratio is against,
+  and the same server with `COURIER_UPSTREAM_TRANSPORT=httpx` (httpx's own transport);
 * servers (subprocesses; CPU read from /proc like benchmarks/hot_path.py):
   `raw`, a bare uvicorn + httptools + uvloop raw ASGI app streaming pre-rendered SSE
   frames, one send per frame (the floor of the server stack itself); `fastapi-bare`, the
@@ -393,6 +394,17 @@ def main() -> int:
         print(f"Layer floors, one streamed request ({n} sequential requests each)")
         ref, ref_chunk = courier_reference(rig, n)
         print(f"  {'courier, new session (server)':<46} {ref:7.2f} ms   {ref_chunk:6.1f} µs/chunk")
+        # The same server on httpx's own transport: what the lean one replaced, this run.
+        plain = Rig(extra_env={"COURIER_UPSTREAM_TRANSPORT": "httpx"})
+        try:
+            was, was_chunk = courier_reference(plain, n)
+        finally:
+            plain.close()
+        print(
+            f"  {'courier on httpx transport (server)':<46} {was:7.2f} ms   "
+            f"{was_chunk:6.1f} µs/chunk   (ratio to Courier: request {was / ref:5.3f}x, "
+            f"chunk {was_chunk / ref_chunk if ref_chunk > 0 else float('nan'):5.3f}x)"
+        )
         rows: list[tuple[str, tuple[float, float]]] = []
         for kind, label in (
             ("raw", "uvicorn+httptools+uvloop raw ASGI (server)"),
