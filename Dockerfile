@@ -62,7 +62,10 @@ ENV PATH=/opt/courier/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin
     COURIER_DATA_DIR=/data \
     COURIER_HOST=0.0.0.0 \
     COURIER_PORT=8642 \
-    COURIER_LOG_FORMAT=json
+    COURIER_LOG_FORMAT=json \
+    COURIER_DRAIN_TIMEOUT_S=5
+# The drain is 5 s here, not the 30 s default: `docker stop` sends SIGKILL after 10 s, which
+# would land mid-drain. Compose (deploy/docker-compose.yml) sets 30 s with a longer grace.
 # 0.0.0.0 is the container's own interface: reachable only through a published port, which
 # deploy/docker-compose.yml publishes on 127.0.0.1. No key is baked in: COURIER_API_KEY or
 # COURIER_API_KEY_FILE must come from the runtime, and the server refuses to start without.
@@ -72,7 +75,7 @@ USER courier
 EXPOSE 8642
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
   CMD ["python3", "-c", "import os,sys,urllib.request as u; sys.exit(0 if u.urlopen('http://127.0.0.1:%s/health' % os.environ.get('COURIER_PORT','8642'), timeout=4).status == 200 else 1)"]
-# uvicorn drains on SIGTERM for COURIER_DRAIN_TIMEOUT_S (default 10 s); `docker stop -t`
+# uvicorn drains on SIGTERM for COURIER_DRAIN_TIMEOUT_S (5 s above); `docker stop -t`
 # and compose's stop_grace_period must be longer, or the kill lands mid-drain.
 STOPSIGNAL SIGTERM
 CMD ["courier", "serve"]

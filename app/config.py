@@ -73,6 +73,21 @@ class PriceOverrideConfig(BaseModel):
 BusyStrategy = Literal["reject", "enqueue", "interrupt", "steer"]
 """What a message to a session whose turn is running does (app/routes/busy.py)."""
 DisconnectPolicy = Literal["cancel", "continue"]
+ProfileKind = Literal["chat", "voice"]
+"""Who talks to a profile: a chat window, or a voice client whose users barge in."""
+DEFAULT_BUSY: dict[str, BusyStrategy] = {"chat": "enqueue", "voice": "interrupt"}
+"""A voice barge-in is a new user turn: queueing it behind the answer it talked over would
+speak that stale answer to the end first. A chat message typed meanwhile waits its turn."""
+
+
+def _busy_by_kind(data: Any) -> Any:
+    # Filled before validation, so `busy` stays a plain strategy for every reader.
+    if isinstance(data, dict) and data.get("busy") is None:
+        data = {k: v for k, v in data.items() if k != "busy"}
+        kind = data.get("kind", "chat")
+        if kind in DEFAULT_BUSY:
+            data["busy"] = DEFAULT_BUSY[kind]
+    return data
 
 
 class Profile(BaseModel):
@@ -152,9 +167,11 @@ class Profile(BaseModel):
     key_cooldown_s: float = Field(default=60.0, ge=0)
     """How long a throttled key rests (a refused one ten times longer), unless the upstream
     said how long with Retry-After."""
+    kind: ProfileKind = "chat"
+    """`voice` changes defaults for spoken conversations (`busy` = `interrupt`)."""
     busy: BusyStrategy = "enqueue"
-    """Default `X-Courier-Busy`. Chat: `enqueue`; a voice profile wants `interrupt` (a
-    barge-in is a new user turn)."""
+    """Default `X-Courier-Busy`; unset, it follows `kind`: chat `enqueue`, voice `interrupt`
+    (a barge-in is a new user turn)."""
     on_disconnect: DisconnectPolicy = "cancel"
     """Default `X-Courier-On-Disconnect`: `continue` finishes a turn whose client left."""
     fallback: tuple[str, ...] = ()
@@ -173,6 +190,11 @@ class Profile(BaseModel):
     """CPU seconds per process of a terminal call (RLIMIT_CPU)."""
     tool_file_size_bytes: int = Field(default=GiB, ge=1024)
     """Largest file a terminal call may write (RLIMIT_FSIZE)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _busy_default(cls, data: Any) -> Any:
+        return _busy_by_kind(data)
 
     @model_validator(mode="before")
     @classmethod
@@ -309,9 +331,10 @@ class Settings(BaseSettings):
     log_level: str = "info"
     log_format: Literal["text", "json"] = "text"
     """`json`: one JSON object per line with request, session and turn ids, never content."""
-    drain_timeout_s: int = Field(default=5, ge=1, le=3600)
-    """On SIGTERM, how long open requests may finish before they are cut. A supervisor's stop
-    timeout (compose `stop_grace_period`, systemd `TimeoutStopSec`) must be longer."""
+    drain_timeout_s: int = Field(default=30, ge=1, le=3600)
+    """On SIGTERM, how long open requests may finish before they are cut: 30 s lets a tool
+    turn mid-command finish rather than end `interrupted`. A supervisor's stop timeout
+    (compose `stop_grace_period`, systemd `TimeoutStopSec`, `docker stop -t`) must be longer."""
     implicit_sessions: bool = True
     """Off: a request without a session id always starts a new session (every profile)."""
     cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
@@ -349,13 +372,19 @@ class Settings(BaseSettings):
     tool_cpu_s: int = Field(default=600, ge=1)
     tool_file_size_bytes: int = Field(default=GiB, ge=1024)
     cache_strategy: Literal["planner", "naive", "none"] = "planner"
+    upstream_timeout_s: float = Field(default=600.0, gt=0)
+    """Default profile: longest silence from the upstream (before the headers, between
+    chunks) before the call fails as a timeout."""
     upstream_retry_attempts: int = Field(default=3, ge=1, le=10)
     upstream_retry_base_delay_s: float = Field(default=2.0, ge=0)
     max_continuations: int = Field(default=2, ge=0, le=20)
     upstream_api_keys: Annotated[tuple[SecretStr, ...], NoDecode] = ()
     """Default profile: more upstream keys, a JSON list or comma-separated."""
     upstream_key_cooldown_s: float = Field(default=60.0, ge=0)
-    busy: BusyStrategy = "enqueue"
+    profile_kind: ProfileKind = "chat"
+    """Default profile's `kind`: `voice` makes `busy` default to `interrupt`."""
+    busy: BusyStrategy | None = None
+    """Default profile's `X-Courier-Busy` default; None = by `profile_kind`."""
     on_disconnect: DisconnectPolicy = "cancel"
     fallback: Annotated[tuple[str, ...], NoDecode] = ()
     """Default profile: fallback profile names, a JSON list or comma-separated."""
@@ -496,10 +525,12 @@ class Settings(BaseSettings):
             accept_any_model=self.accept_any_model,
             workspace=self.workspace,
             max_iterations=self.max_iterations,
+            upstream_timeout_s=self.upstream_timeout_s,
             retry_attempts=self.upstream_retry_attempts,
             retry_base_delay_s=self.upstream_retry_base_delay_s,
             max_continuations=self.max_continuations,
             fallback=self.fallback,
+            kind=self.profile_kind,
             busy=self.busy,
             on_disconnect=self.on_disconnect,
             api_keys=self.upstream_api_keys,

@@ -10,6 +10,7 @@ The agent names why it refuses; `app/protocol/refusals.py` turns that into HTTP.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from functools import partial
 from weakref import WeakValueDictionary
@@ -24,18 +25,20 @@ from app.agent.turn_request import TurnRequest
 from app.agent.turns import TurnHandle, TurnManager
 from app.agent.twins import DurableKeys, Retry, Twins
 from app.config import Profile, Settings
-from app.db.store import Store
+from app.db.store import PersistenceError, Store
 from app.metrics import Metrics
 from app.protocol.conversation import turn_request
 from app.protocol.fields import ignored_fields, refuse_unsupported
 from app.protocol.openai import ChatCompletionRequest
-from app.protocol.refusals import api_error
+from app.protocol.refusals import api_error, storage_unavailable
 from app.providers.base import Provider
 from app.security.approvals import ApprovalGate
 from app.security.auth import Principal
 from app.tools.registry import ToolRegistry
 
 __all__ = ["ChatServing", "Retry", "StartedTurn"]
+
+log = logging.getLogger(__name__)
 
 LONG_HISTORY = 64
 """Messages past which translating a request is worth a thread hop."""
@@ -107,6 +110,9 @@ class ChatServing:
                 return await self._start(request, principal, session_id, retry)
         except Refused as refused:
             raise api_error(refused) from None
+        except PersistenceError:
+            log.exception("could not open a turn: the store refused the write")
+            raise storage_unavailable() from None
 
     async def _start(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,3 +128,29 @@ def test_openapi_is_for_the_admin_scope_only(srv: Server) -> None:
         name = ref.rsplit("/", 1)[-1]
         assert "model" in doc["components"]["schemas"][name]["properties"]
     assert "/openapi.json" not in paths
+
+
+def test_not_ready_when_the_sandbox_cannot_start(sim: Simulator, tmp_path: Path) -> None:
+    # A bwrap that fails every call is what AppArmor or a container without user
+    # namespaces leaves behind: the binary is there, no sandbox starts.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "bwrap").write_text(
+        "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n"
+    )
+    (fake / "bwrap").chmod(0o755)
+    env = sim_env(sim.base_url, PATH=f"{fake}:{os.environ['PATH']}")
+    server = Server(data_dir=tmp_path / "data", env=env).start()
+    try:
+        resp = httpx.get(f"{server.base_url}/health/ready", timeout=30)
+        assert resp.status_code == 503, resp.text
+        checks = resp.json()["checks"]
+        assert checks["sandbox"] == {
+            "ok": False,
+            "reason": "bubblewrap cannot start a sandbox on this host",
+        }
+        assert checks["database"] == {"ok": True}
+        caps = httpx.get(f"{server.base_url}/v1/capabilities", headers=server.headers()).json()
+        assert all("terminal" not in p["tools"] for p in caps["profiles"])  # not offered
+    finally:
+        server.stop()

@@ -147,12 +147,12 @@ def test_a_floor_over_the_threshold_never_loops(
 # ------------------------------------------------------------------ prune
 
 
-def test_prune_commits_only_a_real_win_and_waits_out_its_runway(store: Store) -> None:
+async def test_prune_commits_only_a_real_win_and_waits_out_its_runway(store: Store) -> None:
     for n in range(12):
         _exchange(store, n, result_chars=3_000)  # ~750 tokens of old output each
     comp = _compressor()
     rows = store.active_messages(session_id=SID)
-    reclaimed = comp.prune(store, _session(store), PROFILE, lease=LEASE, rows=rows)
+    reclaimed = await comp.prune(store, _session(store), PROFILE, lease=LEASE, rows=rows)
     assert reclaimed >= MIN_RECLAIM
     session = _session(store)
     assert session.prune_rearm_at is not None and session.pending_cache_break == "prune"
@@ -161,23 +161,23 @@ def test_prune_commits_only_a_real_win_and_waits_out_its_runway(store: Store) ->
     assert stubs and all("recall(message_id=" in (r.api_content or "") for r in stubs)
     assert all(len(r.content or "") > 3_000 for r in stubs)  # display text kept in full
     # A restart (a new compressor) does not reset the runway: nothing commits now.
-    again = _compressor().prune(store, _session(store), PROFILE, lease=LEASE, rows=live)
+    again = await _compressor().prune(store, _session(store), PROFILE, lease=LEASE, rows=live)
     assert again == 0
 
 
-def test_a_small_prune_does_not_commit(store: Store) -> None:
+async def test_a_small_prune_does_not_commit(store: Store) -> None:
     for n in range(4):
         _exchange(store, n, result_chars=2_500)
     rows = store.active_messages(session_id=SID)
-    assert _compressor().prune(store, _session(store), PROFILE, lease=LEASE, rows=rows) == 0
+    assert await _compressor().prune(store, _session(store), PROFILE, lease=LEASE, rows=rows) == 0
     assert _session(store).prune_rearm_at is None
 
 
-def test_prune_rearms_after_the_prompt_regrows(store: Store) -> None:
+async def test_prune_rearms_after_the_prompt_regrows(store: Store) -> None:
     for n in range(12):
         _exchange(store, n, result_chars=3_000)
     comp = _compressor()
-    comp.prune(
+    await comp.prune(
         store, _session(store), PROFILE, lease=LEASE, rows=store.active_messages(session_id=SID)
     )
     rearm = _session(store).prune_rearm_at
@@ -189,7 +189,7 @@ def test_prune_rearms_after_the_prompt_regrows(store: Store) -> None:
     for m in range(n, n + 12):
         _exchange(store, m, result_chars=3_000)
     rows = store.active_messages(session_id=SID)
-    assert comp.prune(store, _session(store), PROFILE, lease=LEASE, rows=rows) >= MIN_RECLAIM
+    assert await comp.prune(store, _session(store), PROFILE, lease=LEASE, rows=rows) >= MIN_RECLAIM
 
 
 # ------------------------------------------------------------------ compaction

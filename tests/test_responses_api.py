@@ -202,6 +202,15 @@ def test_delete_retracts_from_the_live_view(claude: Server, sim: Simulator) -> N
         ("user", 0, 0),
         ("assistant", 0, 0),
     ]
+    # The continuity index forgets the deleted exchange: a client resending it cannot
+    # continue the session past rows it no longer holds.
+    with sqlite3.connect(claude.data_dir / "courier.db") as db:
+        positions = db.execute(
+            "SELECT position FROM transcript_key WHERE session_id = ? ORDER BY position",
+            (session,),
+        ).fetchall()
+        length = db.execute("SELECT transcript_len FROM session WHERE id = ?", (session,))
+        assert positions == [(1,), (2,)] and length.fetchone() == (2,)
     client.responses.create(model="courier", input="next", previous_response_id=first.id)
     upstream = json.dumps(json.loads(sim.requests()[-1]["body"])["messages"])
     assert "keep this" in upstream and "forget this" not in upstream and "regret" not in upstream

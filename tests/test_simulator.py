@@ -354,6 +354,33 @@ def test_drop_after_events(sim: Simulator) -> None:
     sim.assert_script_done()
 
 
+def test_stall_after_events_hangs_the_stream_until_the_read_timeout(sim: Simulator) -> None:
+    sim.script(
+        [
+            {"reply": {"text": "a b c d"}, "fault": {"stall_after_events": 2}},
+            {"reply": {"text": "a b"}, "fault": {"stall_after_events": 1, "stall_ms": 50}},
+        ]
+    )
+    client = openai.OpenAI(
+        base_url=f"{sim.base_url}/v1", api_key="sk-test", max_retries=0, timeout=0.5
+    )
+    chunks: list[Any] = []
+    with pytest.raises(openai.APIConnectionError):  # APITimeoutError: the read timed out
+        chunks.extend(client.chat.completions.create(model="m", messages=USER, stream=True))
+    assert len(chunks) == 2
+    deadline = time.monotonic() + 10  # the simulator sees the hang-up a moment later
+    while sim.stats()["disconnects"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sim.stats() == {"model_requests": 1, "disconnects": 1}
+    seen = httpx.get(f"{sim.base_url}/_sim/disconnects").json()
+    assert seen["count"] == 1 and seen["last_at"] is not None
+    # A short stall only delays: the whole answer still arrives.
+    stream = client.chat.completions.create(model="m", messages=USER, stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == "a b"
+    sim.assert_script_done()
+
+
 def test_error_mid_stream(sim: Simulator) -> None:
     fault = {"status": 529, "after_events": 2}
     sim.script([{"reply": {"text": "a b"}, "fault": fault}] * 2)

@@ -83,3 +83,23 @@ def test_an_unrecordable_intent_ends_the_turn_and_runs_nothing(srv: Server, sim:
         time.sleep(0.1)
     assert turns[0]["exit_reason"] == "persistence_failed"
     sim.assert_script_done()
+
+
+def test_a_turn_the_database_will_not_open_is_a_retryable_503(srv: Server) -> None:
+    holder = sqlite3.connect(srv.data_dir / "courier.db", isolation_level=None, timeout=30)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # past the server's 5 s busy timeout
+        body = {"model": "courier", "messages": [{"role": "user", "content": "hi"}]}
+        resp = httpx.post(
+            f"{srv.base_url}/v1/chat/completions", json=body, headers=srv.headers(), timeout=60
+        )
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert resp.status_code == 503, resp.text
+    assert resp.json()["error"]["code"] == "storage_unavailable"
+    assert resp.headers["x-should-retry"] == "true" and resp.headers["retry-after"] == "1"
+    with sqlite3.connect(srv.data_dir / "courier.db") as conn:
+        assert conn.execute("SELECT count(*) FROM session WHERE lease IS NOT NULL").fetchone() == (
+            0,
+        )

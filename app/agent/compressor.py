@@ -422,7 +422,7 @@ class Compressor:
 
     # -------------------------------------------------------------- prune
 
-    def prune(
+    async def prune(
         self,
         store: Store,
         session: SessionRow,
@@ -452,7 +452,8 @@ class Compressor:
         first = min(replacements)
         rewritten = [replacements.get(i) or rows[i].as_new() for i in range(first, len(rows))]
         runway = max(reclaimed, profile.prune_trigger_tokens, MIN_RECLAIM)
-        store.rewrite_live(
+        rewrite = functools.partial(
+            store.rewrite_live,
             session_id=session.id,
             lease=lease,
             archive_ids=[r.id for r in rows[first:]],
@@ -464,6 +465,7 @@ class Compressor:
                 "pending_cache_break": "prune",
             },
         )
+        await store.commit_off_loop(rewrite)
         log.info("session %s: pruned %d tokens of old tool output", session.id, reclaimed)
         return reclaimed
 
@@ -499,7 +501,9 @@ class Compressor:
         new_prompt = rebuild_prompt()
         insert = [NewMessage(role="user", content=SUMMARY_SCAFFOLD + summary, kind="summary")]
         insert += [row.as_new() for row in split.tail]
-        store.rewrite_live(
+        # On the writer thread: re-inserting a long tail is the largest write there is.
+        rewrite = functools.partial(
+            store.rewrite_live,
             session_id=session.id,
             lease=lease,
             archive_ids=[r.id for r in (*split.middle, *split.tail)],
@@ -515,6 +519,7 @@ class Compressor:
                 "pending_cache_break": "compaction",
             },
         )
+        await store.commit_off_loop(rewrite)
         log.info(
             "session %s: compacted %d messages (~%d tokens) into a summary",
             session.id,

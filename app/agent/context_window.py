@@ -67,7 +67,7 @@ async def preflight(
     if comp is None:
         return _checked(ctx, 0, session, rows)
     cold = turn_start and prefix_is_cold(profile, session, time.time())
-    if (profile.prune_mid_burst or cold) and comp.prune(
+    if (profile.prune_mid_burst or cold) and await comp.prune(
         store, session, profile, lease=ctx.lease, rows=rows
     ):
         session = store.get_session(session_id=ctx.session_id)

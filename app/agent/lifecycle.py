@@ -185,6 +185,13 @@ class SessionLifecycle:
         they share; the stored rows past it (an edited or regenerated message, an answer
         the client only partly heard) are retracted and the client's version recorded."""
         seen = [(i, m.visible) for i, m in enumerate(req.messages) if m.visible is not None]
+        # Only an answer of ours in the history identifies a conversation: two chats that
+        # merely open with the same words ("hi") are two conversations. A history whose
+        # first answer differs from ours (a voice client resends the part it spoke) still
+        # carries one, so it continues from the shared opening. (Checked before the lookup:
+        # every first message of a conversation would otherwise pay for one.)
+        if not any(v.role == "assistant" for _, v in seen):
+            return None
         hashes = chain(seed, [v for _, v in seen])
         candidates = find_continuations(self.store, hashes=hashes)
         # Longest shared prefix first, but a conversation the request simply extends beats
@@ -193,12 +200,6 @@ class SessionLifecycle:
         match = next((c for c in candidates if c.stored_len == c.position), None)
         match = match or (candidates[0] if candidates else None)
         if match is None:
-            return None
-        # Only an answer of ours in the history identifies a conversation: two chats that
-        # merely open with the same words ("hi") are two conversations. A history whose
-        # first answer differs from ours (a voice client resends the part it spoke) still
-        # carries one, so it continues from the shared opening.
-        if not any(v.role == "assistant" for _, v in seen):
             return None
         session = self.store.get_session(session_id=match.session_id)
         if session is None or session.profile not in self.profiles:

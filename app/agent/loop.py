@@ -322,13 +322,7 @@ async def persist_intent(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, 
     if not calls:
         persist_reply(ctx, reply, calls)
         return
-    carry = ctx.store.detach_deferred()
-
-    def commit() -> None:
-        with ctx.store.unit(carry=carry):
-            persist_reply(ctx, reply, calls)
-
-    landing = asyncio.ensure_future(ctx.store.off_loop(commit))
+    landing = ctx.store.commit_off_loop(functools.partial(persist_reply, ctx, reply, calls))
     try:
         await asyncio.shield(landing)
     except asyncio.CancelledError:

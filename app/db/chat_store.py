@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, text
+from sqlalchemy import Connection, bindparam, text
 
 from app.db.store import Store
 
@@ -147,6 +147,26 @@ def retract_after(
     # The store keeps a leased session's live log in memory: a retraction rewrites it.
     store.forget_live(session_id)
     return int(getattr(result, "rowcount", 0))
+
+
+def forget_index_from(conn: Connection, *, session_id: str, first_row_id: int) -> None:
+    """Rows from `first_row_id` on left the conversation (a deleted response): forget the
+    index entries that reach them and move the head back to the last one left, or a
+    client resending the old transcript would continue past rows it can no longer see."""
+    conn.execute(
+        text("DELETE FROM transcript_key WHERE session_id = :sid AND last_row_id >= :first"),
+        {"sid": session_id, "first": first_row_id},
+    )
+    conn.execute(
+        text(
+            "UPDATE session SET "
+            "transcript_head = (SELECT prefix_hash FROM transcript_key WHERE session_id = :sid "
+            "ORDER BY position DESC LIMIT 1), "
+            "transcript_len = COALESCE((SELECT MAX(position) FROM transcript_key "
+            "WHERE session_id = :sid), 0) WHERE id = :sid"
+        ),
+        {"sid": session_id},
+    )
 
 
 def put_images(store: Store, *, session_id: str, images: Sequence[StoredImage]) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 from sqlalchemy import bindparam, text
 from sqlmodel import Session, col, func, select
 
+from app.db.chat_store import forget_index_from
 from app.db.models import ApiCallRow, MessageRow, SessionRow, TurnRow
 from app.db.session_models import ResponseRow, SessionRetractionRow
 from app.db.store import Store
@@ -312,6 +313,7 @@ def retract_messages(
             ),
             {"sid": session_id, "first": first_id, "last": last_id},
         )
+        forget_index_from(conn, session_id=session_id, first_row_id=first_id)
         db.commit()
         return int(getattr(changed, "rowcount", 0))
 
@@ -334,6 +336,7 @@ def delete_messages(
             text("DELETE FROM message WHERE session_id = :sid AND id BETWEEN :first AND :last"),
             {"sid": session_id, "first": first_id, "last": last_id},
         )
+        forget_index_from(conn, session_id=session_id, first_row_id=first_id)
         db.commit()
         return int(getattr(gone, "rowcount", 0))
 

@@ -284,6 +284,20 @@ class Store:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._writer, contextvars.copy_context().run, work)
 
+    def commit_off_loop(self, work: Callable[[], T]) -> asyncio.Future[T]:
+        """`work` (synchronous store writes) as one unit on the writer thread, with the
+        writes deferred so far committed first and in order: left queued they would land
+        after it (a counter update overwriting what a compaction reset), or in a commit
+        of their own on the loop. Taken now, not when the future is first awaited."""
+        carry = self.detach_deferred()
+
+        def unit() -> T:
+            with self.unit(carry=carry):
+                return work()
+
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self._writer, contextvars.copy_context().run, unit)
+
     def detach_deferred(self) -> Carried:
         """Take the deferred writes off the event loop's queue, for a `unit(carry=...)` on
         the writer thread: left queued, the loop's next-tick flush would commit them on the

@@ -30,6 +30,7 @@ _UPSTREAM_STATUS = {
     "bad_request": 400,
     "not_found": 400,
     "auth": 403,
+    "timeout": 504,
 }
 _TURN_STATUS = {
     "session_busy": 409,
@@ -75,4 +76,16 @@ def api_error(refused: Refused) -> ApiError:
         code=refused.code,
         type_=type_,
         headers=headers,
+    )
+
+
+def storage_unavailable() -> ApiError:
+    """The database would not take the turn's first write (locked past the busy timeout,
+    a full disk): nothing was stored, so the same request may simply be sent again."""
+    return ApiError(
+        503,
+        "the server could not store this request right now; nothing was run, retry shortly",
+        code="storage_unavailable",
+        type_="server_error",
+        headers={"Retry-After": "1", "x-should-retry": "true"},
     )

@@ -16,6 +16,7 @@ import httpx2  # the transport the anthropic SDK is built on; its read errors es
 
 from app.providers.base import (
     AssistantMessage,
+    ErrorKind,
     Finish,
     FinishReason,
     Image,
@@ -295,6 +296,11 @@ class MessagesStreamState:
 # ---------------------------------------------------------------------------- errors
 
 
+def _connect_failed(exc: anthropic.APITimeoutError) -> bool:
+    """The SDK raises its timeout `from` the transport's: a connect or pool timeout."""
+    return isinstance(exc.__cause__, httpx2.ConnectTimeout | httpx2.PoolTimeout)
+
+
 def map_sdk_error(exc: anthropic.AnthropicError, *, secret: str | None = None) -> ProviderError:
     """The SDK's exception as our taxonomy, through the same classifier as the other wire."""
     if isinstance(exc, anthropic.APIStatusError):
@@ -311,7 +317,11 @@ def map_sdk_error(exc: anthropic.AnthropicError, *, secret: str | None = None) -
         return classify_http_error(
             exc.status_code, body_text, exc.response.headers, secret=secret, phrases=PHRASES
         )
-    if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
+    if isinstance(exc, anthropic.APITimeoutError):
+        # The SDK raises it for any timeout; a connect timeout is still a connection fault.
+        kind: ErrorKind = "connection" if _connect_failed(exc) else "timeout"
+        return ProviderError(kind, redact(f"{type(exc).__name__}: {exc}", secret))
+    if isinstance(exc, anthropic.APIConnectionError):
         return ProviderError("connection", redact(f"{type(exc).__name__}: {exc}", secret))
     return ProviderError("server_error", redact(f"{type(exc).__name__}: {exc}", secret))
 
@@ -376,9 +386,11 @@ class AnthropicProvider:
         except anthropic.APIStatusError as exc:
             raise map_sdk_error(exc, secret=self._api_key) from None
         except (anthropic.AnthropicError, httpx2.HTTPError) as exc:
-            # Output may already be out; whatever cut the body mid-way, it is a dropped stream.
+            # Output may already be out; whatever cut the body mid-way, it is a dropped stream
+            # (or, when the upstream merely went silent, a timeout).
             message = redact(f"{type(exc).__name__}: {exc}", self._api_key)
-            raise ProviderError("stream_dropped", message) from None
+            silent = isinstance(exc, anthropic.APITimeoutError | httpx2.ReadTimeout)
+            raise ProviderError("timeout" if silent else "stream_dropped", message) from None
         finally:
             await events.close()
         for out in state.finish():

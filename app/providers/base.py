@@ -205,7 +205,11 @@ ErrorKind = Literal[
     "content_policy",
     "connection",
     "stream_dropped",
+    "timeout",
 ]
+"""`timeout`: the upstream accepted the connection, then stayed silent (before its headers
+or between chunks) past the profile's `upstream_timeout_s`: a hung upstream, retried like
+a transient fault while nothing was shown yet, and named so a client can tell it apart."""
 
 
 class ProviderError(Exception):
@@ -227,7 +231,7 @@ class ProviderError(Exception):
 
     @property
     def retryable(self) -> bool:
-        return self.kind in ("rate_limited", "overloaded", "server_error", "connection")
+        return self.kind in ("rate_limited", "overloaded", "server_error", "connection", "timeout")
 
     @property
     def should_compress(self) -> bool:
@@ -247,6 +251,7 @@ class ProviderError(Exception):
             "server_error",
             "connection",
             "stream_dropped",
+            "timeout",
             "auth",
             "not_found",
         )

@@ -23,6 +23,7 @@ import orjson
 from app.providers.base import (
     SAMPLING_FIELDS,
     AssistantMessage,
+    ErrorKind,
     Finish,
     FinishReason,
     Image,
@@ -216,6 +217,16 @@ def build_chat_body(request: ModelRequest, *, cache_markers: bool = False) -> di
     body["stream"] = True
     body["stream_options"] = {"include_usage": True}
     return body
+
+
+def _is_silence(exc: httpx.HTTPError) -> bool:
+    """The upstream answered the connection, then went quiet past the read timeout."""
+    return isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout)
+
+
+def _transport_kind(exc: httpx.HTTPError) -> ErrorKind:
+    # A connect or pool timeout never reached a listening upstream: a connection fault.
+    return "timeout" if _is_silence(exc) else "connection"
 
 
 def encode_body(body: dict[str, Any]) -> bytes:
@@ -542,7 +553,7 @@ class OpenAIChatProvider:
         try:
             response = await self._client.send(http_request, stream=True)
         except httpx.HTTPError as exc:
-            raise ProviderError("connection", self._describe(exc)) from None
+            raise ProviderError(_transport_kind(exc), self._describe(exc)) from None
         try:
             if response.status_code >= 300:
                 text = await self._read_error_body(response)
@@ -570,8 +581,10 @@ class OpenAIChatProvider:
                 yield chunk
         except httpx.HTTPError as exc:
             # Headers arrived, so the upstream accepted the call; losing the body mid-way is
-            # a dropped stream (output may already be out), not a connection failure.
-            raise ProviderError("stream_dropped", self._describe(exc)) from None
+            # a dropped stream (output may already be out), not a connection failure; a
+            # silent one is a timeout (a hung upstream, not a cut connection).
+            kind: ErrorKind = "timeout" if _is_silence(exc) else "stream_dropped"
+            raise ProviderError(kind, self._describe(exc)) from None
 
     async def _sse_events(
         self, chunks: AsyncGenerator[bytes, None]

@@ -11,7 +11,8 @@ Step format (JSON), every key optional:
                                 | "end_turn" | "tool_use" | "max_tokens" | "stop_sequence"
                                 | "refusal"},
      "fault": {"status": int, "retry_after": float, "message": str, "after_events": int,
-               "drop_after_events": int, "delay_ms": float}}
+               "drop_after_events": int, "delay_ms": float,
+               "stall_after_events": int, "stall_ms": float}}
 
 Semantics:
 
@@ -29,7 +30,9 @@ Semantics:
   status goes out as 200 and the error arrives as an SSE event after that many events;
   `drop_after_events` sends that many SSE events (Anthropic `ping` and OpenAI `[DONE]`
   included) and closes the connection without finishing the body (a non-streamed body is
-  cut at half its announced Content-Length).
+  cut at half its announced Content-Length); `stall_after_events` on a streamed request
+  sends that many SSE events and then goes silent for `stall_ms` (default: an hour, a hung
+  upstream) before sending the rest, so the caller's read timeout fires mid-body.
 
 Scripts are validated when loaded, so a typo in a test fails at `POST /_sim/script`, not as
 a confusing mismatch three requests later.
@@ -89,6 +92,9 @@ class Fault:
     """With `status` on a streamed request: send this many events, then the error in-stream."""
     drop_after_events: int | None = None
     delay_ms: float = 0.0
+    stall_after_events: int | None = None
+    """On a streamed request: send this many events, then go silent for `stall_ms`."""
+    stall_ms: float = 3_600_000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +182,16 @@ def _reply(raw: Any, where: str) -> Reply:
     )
 
 
-_FAULT_KEYS = {"status", "retry_after", "message", "after_events", "drop_after_events", "delay_ms"}
+_FAULT_KEYS = {
+    "status",
+    "retry_after",
+    "message",
+    "after_events",
+    "drop_after_events",
+    "delay_ms",
+    "stall_after_events",
+    "stall_ms",
+}
 
 
 def _fault(raw: Any, where: str) -> Fault:
@@ -194,6 +209,12 @@ def _fault(raw: Any, where: str) -> Fault:
             fault.get("drop_after_events"), int, f"{where}.drop_after_events"
         ),
         delay_ms=float(_optional(fault.get("delay_ms"), (int, float), f"{where}.delay_ms") or 0),
+        stall_after_events=_optional(
+            fault.get("stall_after_events"), int, f"{where}.stall_after_events"
+        ),
+        stall_ms=float(
+            _optional(fault.get("stall_ms"), (int, float), f"{where}.stall_ms") or 3_600_000.0
+        ),
     )
 
 

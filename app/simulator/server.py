@@ -17,6 +17,8 @@ Control endpoints (JSON, no auth):
 * `GET  /_sim/stats`    -> `{"model_requests": int, "disconnects": int}`: model requests
   taken (auth passed, body parsed) and how many of them the client abandoned before the
   response was complete (a hung-up stream, or a non-streamed call cut while it waited).
+* `GET  /_sim/disconnects` -> `{"count": int, "last_at": float | null}`: the same count and
+  the wall-clock time (`time.time()`) the last abandonment was seen, for latency benchmarks.
 * `POST /_sim/clock`    `{"advance": seconds}` moves the simulated clock -> `{"now": float}`.
 * `POST /_sim/config`   partial settings (see `SimulatorConfig`) -> the full settings;
   `GET /_sim/config` reads them.
@@ -28,6 +30,7 @@ import asyncio
 import json
 import logging
 import socket
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -88,9 +91,11 @@ class SimState:
         self.connections: set[tuple[str, int]] = set()
         self.model_requests = 0
         self.disconnects = 0
+        self.last_disconnect_at: float | None = None
 
     def disconnected(self) -> None:
         self.disconnects += 1
+        self.last_disconnect_at = time.time()
 
     def record(self, request: Request, raw: bytes) -> None:
         if request.client is not None:
@@ -188,9 +193,17 @@ def _stream(
         error = fault_error(fault, fault.status)
         frames = [*frames[: fault.after_events], wire.error_frame(error)]
     drop = fault.drop_after_events if fault is not None else None
+    stall = None
+    if fault is not None and fault.stall_after_events is not None:
+        stall = (fault.stall_after_events, fault.stall_ms / 1000)
     pacing = Pacing.from_config(state.config)
     return FrameStream(
-        frames, pacing, drop_after=drop, headers=_SSE_HEADERS, on_disconnect=state.disconnected
+        frames,
+        pacing,
+        drop_after=drop,
+        headers=_SSE_HEADERS,
+        on_disconnect=state.disconnected,
+        stall=stall,
     )
 
 
@@ -380,6 +393,10 @@ def _add_control_routes(app: FastAPI, state: SimState) -> None:
     async def stats() -> Response:
         counts = {"model_requests": state.model_requests, "disconnects": state.disconnects}
         return JSONResponse(counts)
+
+    @app.get("/_sim/disconnects")
+    async def disconnects() -> Response:
+        return JSONResponse({"count": state.disconnects, "last_at": state.last_disconnect_at})
 
     @app.post("/_sim/reset")
     async def reset() -> Response:

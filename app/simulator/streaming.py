@@ -51,11 +51,14 @@ class FrameStream(StreamingResponse):
         media_type: str = "text/event-stream",
         headers: Mapping[str, str] | None = None,
         on_disconnect: Callable[[], None] | None = None,
+        stall: tuple[int, float] | None = None,
     ) -> None:
         super().__init__((), media_type=media_type, headers=headers)
         self.frames = frames
         self.pacing = pacing
         self.drop_after = drop_after
+        self.stall = stall
+        """(frames sent, seconds): go silent after that many frames, as a hung upstream."""
         self.on_disconnect = on_disconnect
 
     async def _pace(self, frame: Frame, first_token: bool) -> None:
@@ -82,6 +85,8 @@ class FrameStream(StreamingResponse):
         for sent, frame in enumerate(self.frames):
             if self.drop_after is not None and sent >= self.drop_after:
                 return
+            if self.stall is not None and sent == self.stall[0]:
+                await asyncio.sleep(self.stall[1])
             await self._pace(frame, first_token=not seen_tokens)
             seen_tokens = seen_tokens or frame.tokens > 0
             await send({"type": "http.response.body", "body": frame.data, "more_body": True})

@@ -798,6 +798,12 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    """Wait for a killed process's exit status, shielded from a cancellation in progress."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(proc.wait()), KILL_GRACE_S)
+
+
 async def _execute(
     argv: Sequence[str],
     *,
@@ -847,11 +853,13 @@ async def _execute(
         except TimeoutError:
             timed_out = True
         finally:
-            # On timeout, on cancellation (the client went away) and after a normal exit
-            # alike: background jobs would otherwise run on unattended, holding the output
-            # pipe. (Under bwrap they already died with the PID namespace.)
+            # On timeout, on cancellation (the client went away, an interrupt) and after a
+            # normal exit alike: background jobs would otherwise run on unattended, holding
+            # the output pipe. (Under bwrap they already died with the PID namespace.)
             _kill_group(proc.pid)
-        await proc.wait()
+            # Reaped before a cancellation goes on up: the turn that ends next must not
+            # leave a killed command behind as a zombie its caller believes gone.
+            await _reap(proc)
         # A daemonised grandchild (local backend, its own session) may still hold the
         # pipe; returning what we have beats hanging the turn on it.
         with contextlib.suppress(TimeoutError):

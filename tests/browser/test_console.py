@@ -283,6 +283,52 @@ def test_approving_a_pending_command_lets_the_turn_finish(
     assert page.errors == []
 
 
+def test_a_running_turn_streams_into_the_live_panel(
+    page: Any, server: Server, simulator: Simulator, seeded: dict[str, str]
+) -> None:
+    words = "Herons fish at dawn in the shallows and wait without moving a feather."
+    simulator.reset()
+    simulator.configure(tokens_per_second=6)  # a few seconds of streaming to watch
+    simulator.script([{"reply": {"text": words}}])
+    sid: list[str] = []
+    done = threading.Event()
+
+    def client() -> None:
+        body = {
+            "model": "courier",
+            "stream": True,
+            "messages": [{"role": "user", "content": "Tell me about herons at dawn"}],
+        }
+        url = f"{server.base_url}/v1/chat/completions"
+        with httpx.stream("POST", url, json=body, headers=server.headers(), timeout=90) as r:
+            sid.append(r.headers["x-session-id"])
+            for _ in r.iter_lines():
+                pass
+        done.set()
+
+    turn = threading.Thread(target=client)
+    turn.start()
+    try:
+        sign_in(page, server)
+        while not sid:
+            threading.Event().wait(0.05)
+        page.goto(f"{server.base_url}/console/#/session/{sid[0]}")
+        live = page.get_by_role("region", name="Live turn")
+        live.wait_for(timeout=30_000)
+        live.get_by_text("running").wait_for(timeout=30_000)
+        shot(page, "09-live-turn")
+        live.get_by_text("finished").wait_for(timeout=60_000)
+        assert words in live.inner_text()  # every delta arrived, in order, once
+    finally:
+        turn.join(90)
+    assert done.is_set()
+    # The finished turn's answer lands in the transcript below.
+    page.get_by_role("list", name="Messages").get_by_text(words).wait_for(timeout=30_000)
+    simulator.assert_script_done()
+    simulator.reset()
+    assert page.errors == []
+
+
 def test_spend_chart_matches_the_usage_api(
     page: Any, server: Server, seeded: dict[str, str]
 ) -> None:

@@ -9,6 +9,7 @@
 
 let credential = null;
 let refreshTimer = null;
+let liveAbort = null; // stops the live turn's event stream when the view changes
 
 const $ = (id) => document.getElementById(id);
 
@@ -110,6 +111,7 @@ async function signIn(event) {
 function signOut() {
   credential = null;
   clearInterval(refreshTimer);
+  stopLive();
   $("view").replaceChildren();
   $("view").hidden = true;
   $("nav").hidden = true;
@@ -123,6 +125,7 @@ function signOut() {
 function route() {
   if (!credential) return;
   clearInterval(refreshTimer);
+  stopLive();
   const [, view, arg] = location.hash.split("/");
   for (const link of document.querySelectorAll("#nav a")) {
     const current = link.dataset.view === view || (view === "session" && link.dataset.view === "sessions");
@@ -268,8 +271,114 @@ async function transcriptView(sessionId) {
     status(`${messages.length} message(s).`);
   };
   await refresh();
-  // No events route to follow yet: poll, so a turn finishing after an approval shows up.
-  refreshTimer = setInterval(() => refresh().catch(() => {}), 2000);
+  // Poll for a running turn; while one runs, its events stream into the live panel.
+  const live = h("section", { class: "card live", "aria-label": "Live turn", hidden: "" });
+  list.after(live); // the turn in progress follows the transcript it extends
+  const watch = () => watchTurns(sessionId, live, refresh).catch(() => {});
+  await watch();
+  refreshTimer = setInterval(() => { refresh().catch(() => {}); watch(); }, 2000);
+}
+
+// -- the live turn --------------------------------------------------------------------------
+
+function stopLive() {
+  if (liveAbort) liveAbort.abort();
+  liveAbort = null;
+}
+
+async function watchTurns(sessionId, panel, onEnd) {
+  if (liveAbort) return; // already following one
+  const turns = await api(`/v1/sessions/${encodeURIComponent(sessionId)}/turns?limit=1000`);
+  const running = turns.data.find((t) => t.status === "running");
+  if (!running) {
+    panel.hidden = true; // the finished turn's answer is in the transcript by now
+    return;
+  }
+  const controller = new AbortController();
+  liveAbort = controller;
+  try {
+    await followTurn(sessionId, running.id, panel, controller.signal);
+  } finally {
+    if (liveAbort === controller) liveAbort = null;
+    await onEnd().catch(() => {});
+  }
+}
+
+async function followTurn(sessionId, turnId, panel, signal) {
+  // EventSource cannot send a bearer token, so the stream is read with fetch; a dropped
+  // connection reattaches with `after=` the last sequence number seen and loses nothing.
+  const text = h("p", { class: "text" });
+  const steps = h("ul", { class: "steps", "aria-label": "Tool activity" });
+  const state = h("span", { class: "badge running" }, "running");
+  panel.replaceChildren(
+    h("header", {}, h("span", { class: "role" }, "Live turn"), state,
+      h("code", { class: "muted" }, turnId)),
+    text, steps);
+  panel.hidden = false;
+  let after = 0;
+  for (let attempt = 0; attempt < 30 && !signal.aborted; attempt++) {
+    let response;
+    try {
+      response = await fetch(
+        `/v1/sessions/${encodeURIComponent(sessionId)}/events?after=${after}`,
+        { headers: { Authorization: `Bearer ${credential}` }, cache: "no-store",
+          credentials: "omit", signal });
+    } catch (err) {
+      if (signal.aborted) return;
+      await new Promise((r) => setTimeout(r, 1000));
+      continue;
+    }
+    if (!response.ok || !response.body) return;
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      let chunk;
+      try {
+        chunk = await reader.read();
+      } catch (err) {
+        break; // dropped: reattach below
+      }
+      if (chunk.done) break;
+      // The server ends lines with CRLF; a CR split from its LF waits for the next read.
+      buffer = (buffer + decoder.decode(chunk.value, { stream: true })).replace(/\r\n/g, "\n");
+      let cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const frame = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 2);
+        const data = frame.split("\n").filter((l) => l.startsWith("data:"))
+          .map((l) => l.slice(5).trim()).join("\n");
+        if (!data) continue; // a keepalive comment
+        const event = JSON.parse(data);
+        if (event.turn_id !== turnId) return; // another turn took over the session
+        after = event.seq;
+        if (liveEvent(event, text, steps, state)) return;
+      }
+    }
+  }
+}
+
+function liveEvent(event, text, steps, state) {
+  // Returns true once the turn has ended.
+  if (event.type === "text") {
+    text.append(event.text);
+  } else if (event.type === "tool.started") {
+    steps.append(h("li", { "data-call": event.call_id }, `Running ${event.name}…`));
+  } else if (event.type === "tool.finished") {
+    const item = steps.querySelector(`[data-call="${CSS.escape(event.call_id)}"]`);
+    const line = `${event.name} ${event.ok ? "finished" : "failed"} in ${event.duration_ms} ms`;
+    if (item) item.textContent = line; else steps.append(h("li", {}, line));
+  } else if (event.type === "approval.requested") {
+    steps.append(h("li", {}, h("a", { href: "#/approvals" },
+      `Waiting for approval: ${event.tool} — ${event.summary}`)));
+  } else if (event.type === "approval.resolved") {
+    steps.append(h("li", {}, `Approval ${event.status}`));
+  } else if (event.type === "finished") {
+    state.className = `badge ${event.error ? "error" : "done"}`;
+    state.textContent = event.error ? `ended: ${event.exit_reason}` : "finished";
+    return true;
+  }
+  return false;
 }
 
 function callsTable(calls) {
