@@ -72,7 +72,8 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
                 # The provider says it does not fit: compact and retry, iteration refunded.
                 state.overflow_retries += 1
                 state.iterations -= 1
-                await preflight(ctx, summariser(ctx, state), turn_start=False, force=True)
+                if not await compacted(ctx, state):
+                    raise  # nothing left to compact: the same request would fail again
                 continue
             looked = await second_look(
                 reply,
@@ -140,6 +141,14 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
     except Exception:
         log.exception("turn %s: internal error", ctx.turn_id)
         return state.finished("internal_error", error=_error("internal_error"))
+
+
+async def compacted(ctx: TurnContext, state: TurnState) -> bool:
+    """Force a compaction before an overflow's retry; False when there was nothing to
+    compact (one message too long on its own), so the turn stops instead of resending."""
+    before = ctx.store.get_session(session_id=ctx.session_id)
+    checked = await preflight(ctx, summariser(ctx, state), turn_start=False, force=True)
+    return before is None or checked.session.compactions > before.compactions
 
 
 async def conform(
