@@ -144,7 +144,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         on_loop_commit=metrics.db_loop_commits.inc,
     )
     turns = TurnManager(store, metrics, max_running=settings.max_concurrent_turns)
-    clients = UpstreamClients(max_connections=settings.upstream_pool_size())
+    clients = UpstreamClients(
+        max_connections=settings.upstream_pool_size(), lean=settings.upstream_transport == "lean"
+    )
     providers = build_providers(settings, clients, KeyStateStore(store.engine))
     # Probed now rather than at the first command, so the startup log already says whether
     # the terminal tool is offered and, if not, why (a container without the options).

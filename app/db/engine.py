@@ -64,12 +64,18 @@ def _migrate_fts(conn: Connection) -> None:
     conn.execute(text("INSERT INTO message_fts(message_fts) VALUES ('rebuild')"))
 
 
+MMAP_BYTES = 256 * 1024 * 1024
+
+
 def _on_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA busy_timeout=5000")
     cursor.execute("PRAGMA foreign_keys=ON")
+    # Reads through a memory map: each commit by another pooled connection (the loop's
+    # reads, the writer thread's units) otherwise sends this one back to pread every page.
+    cursor.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
     cursor.close()
 
 

@@ -12,8 +12,11 @@ would not free the event loop.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import multiprocessing
+import signal
+import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -112,6 +115,14 @@ def _parse_in_worker(parse: Callable[[bytes], T], body: bytes) -> T | _Refusal:
 
 
 _pool: ProcessPoolExecutor | None = None
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_the_server() -> None:
+    """In the worker: a server killed with SIGKILL cannot shut its worker down, so ask the
+    kernel to kill the worker with it (Linux), or every crash leaves an orphan behind."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _worker_pool() -> ProcessPoolExecutor:
@@ -119,7 +130,11 @@ def _worker_pool() -> ProcessPoolExecutor:
     if _pool is None:
         # spawn, not fork: forking a process with running threads and an event loop can
         # copy a held lock into the child and deadlock it.
-        _pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        _pool = ProcessPoolExecutor(
+            max_workers=1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_die_with_the_server,
+        )
     return _pool
 
 

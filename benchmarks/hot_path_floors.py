@@ -1,0 +1,448 @@
+"""The floor of each library layer under Courier's hot path, measured in the same run.
+
+Issue 10 asks, where a library in the stack makes a CPU target unreachable, for the
+measurement that proves it and what replacing the library would gain. This prints, for
+one streamed request of 40 chunks (and per chunk, from 400-chunk replies), CPU of:
+
+* Courier's own server per new-session request: the reference every ratio is against,
+  and the same server with `COURIER_UPSTREAM_TRANSPORT=httpx` (httpx's own transport);
+* servers (subprocesses; CPU read from /proc like benchmarks/hot_path.py):
+  `raw`, a bare uvicorn + httptools + uvloop raw ASGI app streaming pre-rendered SSE
+  frames, one send per frame (the floor of the server stack itself); `fastapi-bare`, the
+  same stream as a FastAPI route with an async dependency and Courier's
+  `EventSourceResponse` and chunk templates; `fastapi`, that route behind Courier's
+  middleware stack (security headers, CORS, HEAD); `relay` and `relay-lean`, the raw
+  ASGI app relaying each request to the simulator through httpx (its default transport,
+  then Courier's `LeanTransport`) and re-rendering every upstream chunk;
+* clients (in this process, under uvloop, against the simulator in app/simulator/): a
+  bare httpx `AsyncClient` streaming read of the reply, a raw asyncio socket reader of
+  the same bytes, httpx on Courier's `LeanTransport`, and Courier's whole
+  `OpenAIChatProvider.stream` (request, read, SSE parse, fold into events).
+
+Figures and ratios only; nothing is asserted (the machine is shared and noisy).
+
+    .venv/bin/python benchmarks/hot_path_floors.py [--requests 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Annotated, Any
+
+import httpx
+from _harness import REPO_ROOT, free_port, stop, wait_http
+from fastapi import Depends, FastAPI, Request
+from hot_path import Rig, cpu_s, text_of
+
+sys.path.insert(0, str(REPO_ROOT))
+
+ROLE = (
+    b'data: {"id":"chatcmpl-floor","object":"chat.completion.chunk","created":1,'
+    b'"model":"courier","choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+    b'"finish_reason":null}]}\n\n'
+)
+TEXT_HEAD = (
+    'data: {"id":"chatcmpl-floor","object":"chat.completion.chunk","created":1,'
+    '"model":"courier","choices":[{"index":0,"delta":{"content":'
+)
+TEXT_TAIL = '},"finish_reason":null}]}\n\n'
+FINISH = (
+    b'data: {"id":"chatcmpl-floor","object":"chat.completion.chunk","created":1,'
+    b'"model":"courier","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+def text_frame(text: str) -> bytes:
+    return (TEXT_HEAD + json.dumps(text, ensure_ascii=False) + TEXT_TAIL).encode()
+
+
+# ---------------------------------------------------------------------------- the servers
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+async def read_body(receive: Receive) -> bytes:
+    parts = []
+    while True:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+]
+
+
+async def raw_app(scope: Scope, receive: Receive, send: Send) -> None:
+    """Streams `chunks` text frames, one ASGI send each, as Courier's route would."""
+    if scope["type"] != "http":
+        return
+    chunks = int(json.loads(await read_body(receive))["chunks"])
+    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+    await send({"type": "http.response.body", "body": ROLE, "more_body": True})
+    for i in range(chunks):
+        frame = text_frame(f"word{i} ")
+        await send({"type": "http.response.body", "body": frame, "more_body": True})
+    await send({"type": "http.response.body", "body": FINISH, "more_body": False})
+
+
+async def principal(request: Request) -> str:
+    """An async dependency that does no I/O, like Courier's `PrincipalDep`."""
+    return request.headers.get("authorization", "")
+
+
+PrincipalDep = Annotated[str, Depends(principal)]
+
+
+def fastapi_app(*, middleware: bool = True) -> Any:
+    """A FastAPI route behind Courier's own middleware stack and SSE response."""
+    from app.protocol.render import CompletionRenderer
+    from app.routes.cors import CorsMiddleware
+    from app.routes.event_stream import EventSourceResponse, ServerSentEvent
+    from app.routes.head import HeadAsGet
+    from app.security.headers import SecurityHeaders
+
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+
+    async def frames(chunks: int) -> AsyncIterator[ServerSentEvent | bytes]:
+        renderer = CompletionRenderer("courier")
+        yield ServerSentEvent(data=renderer.role_chunk(), sep="\n")
+        for i in range(chunks):
+            yield ServerSentEvent(data=renderer.text_chunk(f"word{i} "), sep="\n").encode()
+        yield ServerSentEvent(data="[DONE]", sep="\n")
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request, who: PrincipalDep) -> Any:
+        chunks = int(json.loads(await request.body())["chunks"])
+        return EventSourceResponse(frames(chunks), headers={"X-Session-Id": who[-8:]}, sep="\n")
+
+    if middleware:
+        app.add_middleware(HeadAsGet)
+        app.add_middleware(CorsMiddleware, origins=())
+        app.add_middleware(SecurityHeaders)
+    return app
+
+
+def relay_app(upstream: str, *, lean: bool = False) -> Any:
+    """Raw ASGI, relaying to the simulator through one pooled httpx client."""
+    import orjson
+
+    from app.providers.transport import LeanTransport
+
+    client = httpx.AsyncClient(
+        timeout=30,
+        limits=httpx.Limits(max_keepalive_connections=20),
+        transport=LeanTransport(max_connections=20) if lean else None,
+    )
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        body = await read_body(receive)
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        await send({"type": "http.response.body", "body": ROLE, "more_body": True})
+        headers = {"authorization": "Bearer floor", "content-type": "application/json"}
+        async with client.stream("POST", upstream, content=body, headers=headers) as resp:
+            buffer = b""
+            async for raw in resp.aiter_bytes():
+                buffer += raw
+                *events, buffer = buffer.split(b"\n\n")
+                out = []
+                for event in events:
+                    if not event.startswith(b"data: {"):
+                        continue
+                    choices = orjson.loads(event[6:]).get("choices") or ()
+                    text = choices[0].get("delta", {}).get("content") if choices else None
+                    if text:
+                        out.append(text_frame(text))
+                if out:
+                    await send(
+                        {"type": "http.response.body", "body": b"".join(out), "more_body": True}
+                    )
+        await send({"type": "http.response.body", "body": FINISH, "more_body": False})
+
+    return app
+
+
+def serve(kind: str, port: int, upstream: str) -> None:
+    import uvicorn
+
+    app = {
+        "raw": lambda: raw_app,
+        "fastapi-bare": lambda: fastapi_app(middleware=False),
+        "fastapi": fastapi_app,
+        "relay": lambda: relay_app(upstream),
+        "relay-lean": lambda: relay_app(upstream, lean=True),
+    }
+    config = uvicorn.Config(
+        app[kind](),
+        host="127.0.0.1",
+        port=port,
+        http="httptools",
+        loop="uvloop",
+        access_log=False,
+        log_config=None,
+        log_level="warning",
+    )
+    uvicorn.Server(config).run()
+
+
+# ---------------------------------------------------------------------------- server floors
+
+
+def start_floor(kind: str, port: int, upstream: str) -> Any:
+    import subprocess
+
+    command = [sys.executable, __file__, "--serve", kind, "--port", str(port)]
+    command += ["--upstream", upstream]
+    return subprocess.Popen(
+        command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def stream_once(http: httpx.Client, url: str, body: dict[str, Any]) -> None:
+    headers = {"Authorization": "Bearer floor-key-0123456789"}
+    with http.stream("POST", url, json=body, headers=headers) as resp:
+        resp.raise_for_status()
+        for _line in resp.iter_lines():
+            pass
+
+
+def server_floor(kind: str, n: int, sim: Rig, http: httpx.Client) -> tuple[float, float]:
+    """(CPU ms per 40-chunk request, CPU µs per chunk) of one floor server."""
+    port = free_port()
+    proc = start_floor(kind, port, sim.direct_url)
+    try:
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        wait_http(f"http://127.0.0.1:{port}/")
+
+        def run(chunks: int) -> float:
+            body: dict[str, Any] = {"chunks": chunks}
+            if kind.startswith("relay"):
+                sim.script([{"reply": {"text": text_of(chunks)}}] * (n + 5))
+                body = {
+                    "model": "gpt-4o-mini",
+                    "stream": True,
+                    "messages": [{"role": "user", "content": "Say something."}],
+                }
+            for _ in range(5):
+                stream_once(http, url, body)
+            before = cpu_s(proc.pid)
+            for _ in range(n):
+                stream_once(http, url, body)
+            return (cpu_s(proc.pid) - before) * 1000 / n
+
+        small, big = run(40), run(400)
+        return small, (big - small) / 360 * 1000
+    finally:
+        stop(proc)
+
+
+# ---------------------------------------------------------------------------- client floors
+
+
+def _request_bytes(url: httpx.URL, body: bytes) -> bytes:
+    head = (
+        f"POST {url.raw_path.decode()} HTTP/1.1\r\nHost: {url.netloc.decode()}\r\n"
+        "Authorization: Bearer floor\r\nContent-Type: application/json\r\n"
+        "Accept: text/event-stream\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class _Reader(asyncio.Protocol):
+    """Collects a chunked response until its terminating chunk: the least a client can do."""
+
+    def __init__(self) -> None:
+        self.done: asyncio.Future[None] | None = None
+        self.tail = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.tail = (self.tail + data)[-5:]
+        if self.tail == b"0\r\n\r\n" and self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+
+WARM = 5
+
+
+async def _raw_reads(url: str, body: bytes, n: int) -> float:
+    parsed = httpx.URL(url)
+    loop = asyncio.get_running_loop()
+    transport, reader = await loop.create_connection(_Reader, parsed.host, parsed.port)
+    request = _request_bytes(parsed, body)
+    for i in range(WARM + n):
+        if i == WARM:
+            started = time.process_time()
+        reader.done = loop.create_future()
+        reader.tail = b""
+        transport.write(request)
+        await reader.done
+    took = time.process_time() - started
+    transport.close()
+    return took
+
+
+async def _httpx_reads(url: str, body: bytes, n: int, *, lean: bool = False) -> float:
+    from app.providers.transport import LeanTransport
+
+    headers = {"authorization": "Bearer floor", "content-type": "application/json"}
+    transport = LeanTransport(max_connections=10) if lean else None
+    async with httpx.AsyncClient(timeout=30, transport=transport) as client:
+        for i in range(WARM + n):
+            if i == WARM:
+                started = time.process_time()
+            async with client.stream("POST", url, content=body, headers=headers) as resp:
+                async for _chunk in resp.aiter_bytes():
+                    pass
+        return time.process_time() - started
+
+
+async def _lean_reads(url: str, body: bytes, n: int) -> float:
+    return await _httpx_reads(url, body, n, lean=True)
+
+
+async def _provider_reads(url: str, body: bytes, n: int) -> float:
+    from app.providers.base import ModelRequest, UserMessage
+    from app.providers.clients import UpstreamClients
+    from app.providers.openai_chat import OpenAIChatProvider
+
+    clients = UpstreamClients(max_connections=10)
+    base = url.removesuffix("/chat/completions")
+    provider = OpenAIChatProvider(base, "floor", http_client=clients.for_url(base, timeout=30))
+    request = ModelRequest(
+        model="gpt-4o-mini", system=(), messages=(UserMessage("Say something."),)
+    )
+    for i in range(WARM + n):
+        if i == WARM:
+            started = time.process_time()
+        async for _event in provider.stream(request):
+            pass
+    took = time.process_time() - started
+    await clients.aclose()
+    return took
+
+
+def client_floor(
+    reads: Callable[[str, bytes, int], Awaitable[float]], sim: Rig, n: int
+) -> tuple[float, float]:
+    """(CPU ms per 40-chunk read, CPU µs per chunk) in this process, under uvloop."""
+    import uvloop
+
+    body = json.dumps(
+        {
+            "model": "gpt-4o-mini",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "Say something."}],
+        }
+    ).encode()
+
+    def run(chunks: int) -> float:
+        sim.script([{"reply": {"text": text_of(chunks)}}] * (n + WARM))
+        return uvloop.run(reads(sim.direct_url, body, n)) * 1000 / n
+
+    small, big = run(40), run(400)
+    return small, (big - small) / 360 * 1000
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def courier_reference(rigs: list[Rig], n: int, block: int = 20) -> list[tuple[float, float]]:
+    """(CPU ms per 40-chunk request, CPU µs per chunk) of each Courier server, measured in
+    alternating blocks so that the machine's drift hits every server alike."""
+    for rig in rigs:
+        for _ in range(5):
+            rig.turn()
+    cpu = {(i, words): 0.0 for i in range(len(rigs)) for words in (40, 400)}
+    for words in (40, 400):
+        for start in range(0, n, block):
+            count = min(block, n - start)
+            order = list(enumerate(rigs))
+            for i, rig in order if start % (2 * block) == 0 else order[::-1]:
+                rig.script([{"reply": {"text": text_of(words)}}] * count)
+                before = cpu_s(rig.server.pid)
+                for _ in range(count):
+                    rig.turn()
+                cpu[i, words] += cpu_s(rig.server.pid) - before
+    out = []
+    for i in range(len(rigs)):
+        small, big = cpu[i, 40] * 1000 / n, cpu[i, 400] * 1000 / n
+        out.append((small, (big - small) / 360 * 1000))
+    return out
+
+
+SERVERS = ("raw", "fastapi-bare", "fastapi", "relay", "relay-lean")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--serve", choices=SERVERS)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--upstream", default="")
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.port, args.upstream)
+        return 0
+    n = args.requests
+    rig = Rig()
+    # The same server on httpx's own transport: what the lean one replaced, this run.
+    plain = Rig(extra_env={"COURIER_UPSTREAM_TRANSPORT": "httpx"})
+    http = httpx.Client(timeout=60)
+    try:
+        print(f"Layer floors, one streamed request ({n} sequential requests each)")
+        (ref, ref_chunk), (was, was_chunk) = courier_reference([rig, plain], n)
+        plain.close()
+        print(f"  {'courier, new session (server)':<46} {ref:7.2f} ms   {ref_chunk:6.1f} µs/chunk")
+        print(
+            f"  {'courier on httpx transport (server)':<46} {was:7.2f} ms   "
+            f"{was_chunk:6.1f} µs/chunk   (ratio to Courier: request {was / ref:5.3f}x, "
+            f"chunk {was_chunk / ref_chunk if ref_chunk > 0 else float('nan'):5.3f}x)"
+        )
+        rows: list[tuple[str, tuple[float, float]]] = []
+        for kind, label in (
+            ("raw", "uvicorn+httptools+uvloop raw ASGI (server)"),
+            ("fastapi-bare", "FastAPI route, no middleware (server)"),
+            ("fastapi", "FastAPI route + Courier middleware (server)"),
+            ("relay", "raw ASGI relaying via httpx (server)"),
+            ("relay-lean", "the same relay on LeanTransport (server)"),
+        ):
+            rig.reset()
+            rows.append((label, server_floor(kind, n, rig, http)))
+        for label, reads in (
+            ("httpx AsyncClient stream read (client)", _httpx_reads),
+            ("raw asyncio socket read (client)", _raw_reads),
+            ("httpx + Courier's LeanTransport (client)", _lean_reads),
+            ("Courier OpenAIChatProvider.stream (client)", _provider_reads),
+        ):
+            rig.reset()
+            rows.append((label, client_floor(reads, rig, n)))
+        for label, (ms, per_chunk) in rows:
+            chunk_share = per_chunk / ref_chunk if ref_chunk > 0 else float("nan")
+            print(
+                f"  {label:<46} {ms:7.3f} ms   {per_chunk:6.1f} µs/chunk   "
+                f"(ratio to Courier: request {ms / ref:5.3f}x, chunk {chunk_share:5.3f}x)"
+            )
+    finally:
+        http.close()
+        plain.close()
+        rig.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
