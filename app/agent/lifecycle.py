@@ -38,6 +38,7 @@ from app.agent.session_setup import SessionSetup
 from app.agent.spend_caps import SpendCaps, price_override
 from app.agent.tool_snapshot import (
     rebuild_tool_snapshot,
+    serialise_specs,
     snapshot_names,
     snapshot_tools,
     specs_from_snapshot,
@@ -456,14 +457,6 @@ class SessionLifecycle:
             output_format=req.output_format,
             fallbacks=self.profiles.fallback_routes(profile),
         )
-
-
-def serialise_specs(specs: tuple[ToolSpec, ...]) -> str:
-    """The client's tool schemas as stored: a changed set is a named cache break."""
-    payload = [
-        {"name": s.name, "description": s.description, "parameters": s.parameters} for s in specs
-    ]
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def visible_row(row: NewMessage) -> VisibleMessage | None:

@@ -8,6 +8,7 @@ records the refresh as a deliberate cache break.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterable
@@ -40,8 +41,11 @@ def specs_from_snapshot(snapshot: str) -> tuple[ToolSpec, ...]:
     )
 
 
-def snapshot_names(snapshot: str) -> list[str]:
-    return [spec.name for spec in specs_from_snapshot(snapshot)]
+@functools.lru_cache(maxsize=256)
+def snapshot_names(snapshot: str) -> tuple[str, ...]:
+    """The snapshot's tool names; memoised, since every turn asks (the allowlist, the
+    stable tier) and a session's snapshot is the same string turn after turn."""
+    return tuple(t["name"] for t in json.loads(snapshot))
 
 
 def rebuild_tool_snapshot(
