@@ -102,9 +102,10 @@ class ChatServing:
         retry: Retry,
     ) -> StartedTurn:
         """Refuse what cannot run before writing anything, then start (or reattach) the turn."""
-        # One principal's requests open one at a time: a retry arriving while its twin is
-        # still opening must find it (opens queue on the one writer thread anyway).
-        lock = self._opening.setdefault(principal.owner, asyncio.Lock())
+        # A retry arriving while its twin is still opening must find it: requests that
+        # could be twins (same key, or same body) open one at a time; others never wait.
+        twin = f"key:{retry.key}" if retry.key is not None else f"body:{retry.digest}"
+        lock = self._opening.setdefault(f"{principal.owner}:{twin}", asyncio.Lock())
         try:
             async with lock:
                 return await self._start(request, principal, session_id, retry)

@@ -498,7 +498,15 @@ def main() -> int:
     ]
     wanted = [(name, run) for name, run in sections if name in only]
     if wanted:
-        rig = Rig()
+        # The load sections measure capacity, not the safety caps: one client address
+        # opening 1,000 streams would otherwise meet the per-IP and concurrent-turn limits.
+        limits = max(args.workers, args.streams) + 16
+        rig = Rig(
+            extra_env={
+                "COURIER_MAX_CONCURRENT_TURNS": str(limits),
+                "COURIER_MAX_CONNECTIONS_PER_IP": "0",
+            }
+        )
         try:
             for _name, run in wanted:
                 run(rig)
