@@ -91,8 +91,10 @@ def sessions_list(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0
 
 
-def sessions_show(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    out = out or sys.stdout
+def _load_session(
+    args: argparse.Namespace,
+) -> tuple[SessionSummary, list[dict[str, Any]]] | None:
+    """The session record and its message rows, or None (said on stderr) if there is none."""
     store = _open(args)
     try:
         summary = store.session(args.session_id)
@@ -101,7 +103,16 @@ def sessions_show(args: argparse.Namespace, out: TextIO | None = None) -> int:
         store.close()
     if summary is None:
         print(f"courier: no session {args.session_id}", file=sys.stderr)
+        return None
+    return summary, messages
+
+
+def sessions_show(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    loaded = _load_session(args)
+    if loaded is None:
         return 1
+    summary, messages = loaded
     if args.json:
         json.dump({"session": _summary_json(summary), "messages": messages}, out, indent=2)
         out.write("\n")
@@ -152,15 +163,10 @@ def sessions_search(args: argparse.Namespace, out: TextIO | None = None) -> int:
 def sessions_export(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """JSON Lines: the session record first, then every message row in log order."""
     out = out or sys.stdout
-    store = _open(args)
-    try:
-        summary = store.session(args.session_id)
-        messages = store.messages(args.session_id) if summary else []
-    finally:
-        store.close()
-    if summary is None:
-        print(f"courier: no session {args.session_id}", file=sys.stderr)
+    loaded = _load_session(args)
+    if loaded is None:
         return 1
+    summary, messages = loaded
     out.write(json.dumps({"type": "session", **_summary_json(summary)}) + "\n")
     for m in messages:
         out.write(json.dumps({"type": "message", **m}, ensure_ascii=False) + "\n")
