@@ -15,6 +15,8 @@ from typing import Any
 
 from sqlalchemy import Engine, event
 
+from app.db.raw import count_statements
+
 
 def count_db_work(
     engine: Engine,
@@ -38,3 +40,4 @@ def count_db_work(
 
     event.listen(engine, "commit", _commit)
     event.listen(engine, "before_cursor_execute", _statement)
+    count_statements(engine, on_statement)  # the hot statements skip the engine's events

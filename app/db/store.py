@@ -33,13 +33,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, bindparam, insert, text, update
+from pydantic_core import PydanticUndefined
+from sqlalchemy import Connection, Engine, bindparam, text
 from sqlalchemy import select as core_select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, SQLModel, col, func, select
 
 from app.db.engine import make_engine
 from app.db.models import ApiCallRow, MessageRow, SessionRow, TurnRow
+from app.db.raw import Hot, insert_sql
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +72,77 @@ _ACTIVE = (
     .order_by(_MESSAGE.c.id)
 )
 _GET_SESSION = core_select(_SESSION).where(_SESSION.c.id == bindparam("sid"))
-_ROLLUP_READ = core_select(_SESSION.c.cost_usd, _SESSION.c.pending_cache_break).where(
-    _SESSION.c.id == bindparam("sid")
+
+# The turn path's statements on the DBAPI cursor (app/db/raw.py): the two units of a turn
+# run these and little else.
+_MESSAGE_COLUMNS = (
+    "session_id",
+    "turn_id",
+    "role",
+    "content",
+    "api_content",
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "is_error",
+    "reasoning",
+    "kind",
+    "images",
+    "active",
+    "compacted",
+    "created_at",
 )
-_INSERT_MESSAGES = insert(_MESSAGE).returning(_MESSAGE.c.id, sort_by_parameter_order=True)
+_HOT_MESSAGE = insert_sql("message", _MESSAGE_COLUMNS)
+_HOT_SESSION = insert_sql("session", [c.name for c in _SESSION.columns])
+_HOT_TURN = insert_sql("turn", [c.name for c in _TURN.columns if c.name != "id"] + ["id"])
+_HOT_API_CALL = insert_sql("api_call", [c.name for c in _API_CALL.columns if c.name != "id"])
+_HOT_FENCE = Hot("UPDATE session SET updated_at = :now WHERE id = :sid AND lease = :lease")
+_HOT_RELEASE = Hot(
+    "UPDATE session SET lease = NULL, lease_expires_at = NULL WHERE id = :sid AND lease = :lease"
+)
+_HOT_FINISH = Hot(
+    "UPDATE turn SET finished_at = :now, exit_reason = :reason, iterations = :iterations, "
+    "error = :error WHERE id = :tid"
+)
+_HOT_ROLLUP_READ = Hot("SELECT cost_usd, pending_cache_break FROM session WHERE id = :sid")
+_HOT_ROLLUP = Hot(
+    "UPDATE session SET input_tokens = input_tokens + :input, "
+    "output_tokens = output_tokens + :output, "
+    "cache_read_tokens = cache_read_tokens + :cache_read, "
+    "cache_write_tokens = cache_write_tokens + :cache_write, "
+    "reasoning_tokens = reasoning_tokens + :reasoning, "
+    "upstream_calls = upstream_calls + 1, "
+    "cost_unknown_calls = cost_unknown_calls + :unknown, "
+    "cost_usd = :cost, "
+    "pending_cache_break = CASE WHEN :clear_break THEN NULL ELSE pending_cache_break END "
+    "WHERE id = :sid"
+)
+_hot_updates: dict[tuple[str, ...], Hot] = {}
+
+
+def _defaults(model: type[SQLModel]) -> dict[str, Any]:
+    """The model's plain field defaults (not its factories), for inserts naming every column."""
+    return {
+        name: field.default
+        for name, field in model.model_fields.items()
+        if field.default_factory is None and field.default is not PydanticUndefined
+    }
+
+
+_SESSION_DEFAULTS = _defaults(SessionRow)
+"""A new session row's column defaults, for the insert that names every column."""
+_TURN_DEFAULTS = _defaults(TurnRow)
+
+
+def _hot_update(columns: tuple[str, ...]) -> Hot:
+    """`UPDATE session SET <columns>`: one statement per column set, compiled once."""
+    found = _hot_updates.get(columns)
+    if found is None:
+        if unknown := set(columns) - set(_SESSION.c.keys()):
+            raise ValueError(f"not session columns: {sorted(unknown)}")
+        sets = ", ".join(f'"{c}" = :v_{c}' for c in columns)
+        found = _hot_updates[columns] = Hot(f"UPDATE session SET {sets} WHERE id = :sid")
+    return found
 
 
 class LeaseLost(Exception):
@@ -232,7 +301,7 @@ def _stored(row: MessageRow) -> StoredMessage:
     )
 
 
-Deferred = Callable[[Session], None]
+Deferred = Callable[[Connection], None]
 """A write that waits for the next transaction; it runs inside it, in order."""
 Carried = list[tuple[str, Deferred]]
 """Deferred writes taken off the event loop's queue to commit in a writer-thread unit."""
@@ -376,7 +445,7 @@ class Store:
         with _as_persistence_error(), self._session(expire_on_commit=False) as db:
             try:
                 if flush_deferred and _on_event_loop():
-                    self._run_deferred(db)
+                    self._run_deferred(db.connection())
                 yield db
                 db.commit()
             except Exception:
@@ -451,35 +520,49 @@ class Store:
             with self._tx():
                 pass
 
-    def _run_deferred(self, db: Session) -> None:
+    def _run_deferred(self, conn: Connection) -> None:
         writes, self._deferred = self._deferred, []
         self._pending_rollups.clear()
         for _sid, write in writes:
-            write(db)
+            write(conn)
 
     def _run_deferred_in(self, conn: Connection, carry: Carried | None = None) -> None:
-        if carry:
-            with Session(bind=conn, expire_on_commit=False) as db:
-                for _sid, write in carry:
-                    write(db)
-                db.commit()
+        for _sid, write in carry or ():
+            write(conn)
         if self._deferred and _on_event_loop():
-            with Session(bind=conn, expire_on_commit=False) as db:
-                self._run_deferred(db)
-                db.commit()
+            self._run_deferred(conn)
 
-    def _fenced(self, db: Session, *, session_id: str, lease: str) -> None:
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A connection in a transaction for the hot writes: the unit's (it commits), else
+        a fresh one committed here, with the loop's deferred writes first. No ORM session:
+        these writes are DBAPI statements (app/db/raw.py)."""
+        conn: Connection | None = getattr(self._unit, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with _as_persistence_error(), self.engine.connect() as fresh:
+            try:
+                fresh.begin()
+                if _on_event_loop():
+                    self._run_deferred(fresh)
+                yield fresh
+                fresh.commit()
+            except Exception:
+                fresh.rollback()
+                self._rolled_back()
+                raise
+        self._committed()
+
+    def _fenced(self, db: Session | Connection, *, session_id: str, lease: str) -> None:
         # Inside a unit the first fence holds for the rest of it: the transaction owns the
         # write lock, so nobody can take the lease in between (one statement, not one a write).
         fenced: set[tuple[str, str]] | None = getattr(self._unit, "fenced", None)
         if fenced is not None and (session_id, lease) in fenced:
             return
-        now = time.time()
-        result = db.connection().execute(
-            text("UPDATE session SET updated_at = :now WHERE id = :sid AND lease = :lease"),
-            {"now": now, "sid": session_id, "lease": lease},
-        )
-        if getattr(result, "rowcount", 0) != 1:
+        conn = db if isinstance(db, Connection) else db.connection()
+        result = _HOT_FENCE.run(conn, {"now": time.time(), "sid": session_id, "lease": lease})
+        if result.rowcount != 1:
             raise LeaseLost(f"turn lease for session {session_id} is not held")
         if fenced is not None:
             fenced.add((session_id, lease))
@@ -508,25 +591,28 @@ class Store:
     ) -> SessionRow:
         """Create a session, optionally already leased and holding its first messages, in
         one transaction: a crash can never leave a half-made session behind."""
-        row = SessionRow(
-            id=session_id,
-            owner=owner,
-            profile=profile,
-            system_prompt=system_prompt,
-            tool_snapshot=tool_snapshot,
-            client_tools=client_tools,
-            client_instructions=json.dumps(list(client_instructions)),
-            lease=lease,
-            lease_expires_at=time.time() + lease_ttl_s if lease else None,
-        )
+        now = time.time()
+        values = {
+            **_SESSION_DEFAULTS,
+            "id": session_id,
+            "owner": owner,
+            "profile": profile,
+            "system_prompt": system_prompt,
+            "tool_snapshot": tool_snapshot,
+            "client_tools": client_tools,
+            "client_instructions": json.dumps(list(client_instructions)),
+            "lease": lease,
+            "lease_expires_at": now + lease_ttl_s if lease else None,
+            "started_at": now,
+            "updated_at": now,
+        }
         self._forget_live(session_id)
-        with self._tx() as db:
-            conn = db.connection()
-            conn.execute(insert(_SESSION), [row.model_dump()])
+        with self._write() as conn:
+            _HOT_SESSION.run(conn, values)
             if messages:
-                values = [_message_values(m, session_id=session_id, turn_id=None) for m in messages]
-                conn.execute(insert(_MESSAGE), values)
-        return row
+                rows = [_message_values(m, session_id=session_id, turn_id=None) for m in messages]
+                _HOT_MESSAGE.run_many(conn, rows)
+        return SessionRow(**values)
 
     def set_tool_snapshot(self, *, session_id: str, lease: str, snapshot: str, reason: str) -> None:
         """Replace the tool snapshot and mark the next request as a deliberate cache break."""
@@ -576,14 +662,8 @@ class Store:
 
     def release_lease(self, *, session_id: str, lease: str) -> None:
         self._unfence(session_id, lease)
-        with self._tx() as db:
-            db.connection().execute(
-                text(
-                    "UPDATE session SET lease = NULL, lease_expires_at = NULL "
-                    "WHERE id = :sid AND lease = :lease"
-                ),
-                {"sid": session_id, "lease": lease},
-            )
+        with self._write() as conn:
+            _HOT_RELEASE.run(conn, {"sid": session_id, "lease": lease})
 
     def clear_dead_leases(self, alive: Callable[[str], bool]) -> int:
         """At startup: free the leases whose holder process is gone (`alive(lease)` False)."""
@@ -630,30 +710,31 @@ class Store:
         """
         values = [_message_values(m, session_id=session_id, turn_id=turn_id) for m in messages]
 
-        def write(db: Session) -> list[int]:
-            self._fenced(db, session_id=session_id, lease=lease)
-            if not values:
-                return []
-            ids = [int(i) for i in db.connection().execute(_INSERT_MESSAGES, values).scalars()]
+        def write(conn: Connection) -> list[int]:
+            self._fenced(conn, session_id=session_id, lease=lease)
+            # One row at a time: `lastrowid` is each row's id on every driver, which a
+            # multi-row insert (no RETURNING through executemany) cannot give.
+            ids = [int(_HOT_MESSAGE.run(conn, v).lastrowid) for v in values]
             added = [_stored_values(i, v) for i, v in zip(ids, values, strict=True)]
-            self._after_commit(lambda: self._keep_live(session_id, added))
+            if added:
+                self._after_commit(lambda: self._keep_live(session_id, added))
             return ids
 
-        def deferred(db: Session) -> None:
-            write(db)
+        def deferred(conn: Connection) -> None:
+            write(conn)
 
         if defer and self._defer(session_id, self._fence_checked(session_id, lease, deferred)):
             return []
-        with self._tx() as db:
-            return write(db)
+        with self._write() as conn:
+            return write(conn)
 
     def _fence_checked(self, session_id: str, lease: str, write: Deferred) -> Deferred:
         """A deferred fenced write: a lost lease drops it and is remembered for the turn,
         instead of rolling back the unfenced writes that share its transaction."""
 
-        def checked(db: Session) -> None:
+        def checked(conn: Connection) -> None:
             try:
-                write(db)
+                write(conn)
             except LeaseLost:
                 self._lost.add((session_id, lease))
 
@@ -736,17 +817,18 @@ class Store:
             for key, value in values.items():
                 setattr(session, key, value)
 
-        def write(db: Session) -> None:
-            self._fenced(db, session_id=session_id, lease=lease)
-            db.connection().execute(
-                update(_SESSION).where(_SESSION.c.id == session_id).values(**values)
-            )
+        statement = _hot_update(tuple(sorted(values)))
+        params = {f"v_{k}": v for k, v in values.items()} | {"sid": session_id}
+
+        def write(conn: Connection) -> None:
+            self._fenced(conn, session_id=session_id, lease=lease)
+            statement.run(conn, params)
 
         if self._defer(session_id, write):
             self._pending_rollups.setdefault(session_id, []).append(apply)
             return
-        with self._tx() as db:
-            write(db)
+        with self._write() as conn:
+            write(conn)
 
     def get_message(self, *, session_id: str, message_id: int) -> StoredMessage | None:
         """One row of a session, live or archived (not retracted)."""
@@ -829,28 +911,31 @@ class Store:
     # ------------------------------------------------------------------ turns
 
     def start_turn(self, *, session_id: str, lease: str, turn_id: str) -> None:
-        with self._tx() as db:
-            self._fenced(db, session_id=session_id, lease=lease)
-            db.connection().execute(
-                insert(_TURN), [TurnRow(id=turn_id, session_id=session_id).model_dump()]
+        with self._write() as conn:
+            self._fenced(conn, session_id=session_id, lease=lease)
+            _HOT_TURN.run(
+                conn,
+                {
+                    **_TURN_DEFAULTS,
+                    "id": turn_id,
+                    "session_id": session_id,
+                    "started_at": time.time(),
+                },
             )
 
     def finish_turn(
         self, *, turn_id: str, exit_reason: str, iterations: int, error: str | None = None
     ) -> None:
         # Not fenced: recording why a turn ended must succeed even after its lease is gone.
-        with self._tx() as db:
-            self._finish(db, turn_id, exit_reason, iterations, error)
+        with self._write() as conn:
+            self._finish(conn, turn_id, exit_reason, iterations, error)
 
     @staticmethod
     def _finish(
-        db: Session, turn_id: str, exit_reason: str, iterations: int, error: str | None
+        conn: Connection, turn_id: str, exit_reason: str, iterations: int, error: str | None
     ) -> None:
-        db.connection().execute(
-            text(
-                "UPDATE turn SET finished_at = :now, exit_reason = :reason, "
-                "iterations = :iterations, error = :error WHERE id = :tid"
-            ),
+        _HOT_FINISH.run(
+            conn,
             {
                 "now": time.time(),
                 "reason": exit_reason,
@@ -877,15 +962,9 @@ class Store:
         because the lease had gone, so the turn reports that instead of success.
         """
         self._unfence(session_id, lease)
-        with self._tx() as db:
-            self._finish(db, turn_id, exit_reason, iterations, error)
-            db.connection().execute(
-                text(
-                    "UPDATE session SET lease = NULL, lease_expires_at = NULL "
-                    "WHERE id = :sid AND lease = :lease"
-                ),
-                {"sid": session_id, "lease": lease},
-            )
+        with self._write() as conn:
+            self._finish(conn, turn_id, exit_reason, iterations, error)
+            _HOT_RELEASE.run(conn, {"sid": session_id, "lease": lease})
 
     def take_lost(self, *, session_id: str, lease: str) -> bool:
         """Whether a deferred fenced write of this lease was refused (its lease had gone);
@@ -943,37 +1022,38 @@ class Store:
             else:
                 session.cost_usd = str(Decimal(session.cost_usd) + call.cost_usd)
 
-        def write(db: Session) -> None:
-            conn = db.connection()
-            conn.execute(insert(_API_CALL), [row])
-            found = conn.execute(_ROLLUP_READ, {"sid": session_id}).first()
+        def write(conn: Connection) -> None:
+            _HOT_API_CALL.run(conn, row)
+            found = _HOT_ROLLUP_READ.run(conn, {"sid": session_id}).fetchone()
             if found is None:
                 return
-            changes: dict[str, Any] = {
-                "input_tokens": _SESSION.c.input_tokens + call.input_tokens,
-                "output_tokens": _SESSION.c.output_tokens + call.output_tokens,
-                "cache_read_tokens": _SESSION.c.cache_read_tokens + call.cache_read_tokens,
-                "cache_write_tokens": _SESSION.c.cache_write_tokens + call.cache_write_tokens,
-                "reasoning_tokens": _SESSION.c.reasoning_tokens + call.reasoning_tokens,
-                "upstream_calls": _SESSION.c.upstream_calls + 1,
-            }
-            if call.cache_break is not None and found[1] == call.cache_break:
-                changes["pending_cache_break"] = None
-            if call.cost_usd is None:
-                if call.cost_status == "unknown":
-                    changes["cost_unknown_calls"] = _SESSION.c.cost_unknown_calls + 1
-            else:
-                # Decimal in Python: SQLite would add the stored text as a lossy float.
-                changes["cost_usd"] = str(Decimal(found[0]) + call.cost_usd)
-            conn.execute(update(_SESSION).where(_SESSION.c.id == session_id).values(**changes))
+            cost, pending = found
+            # Decimal in Python: SQLite would add the stored text as a lossy float.
+            if call.cost_usd is not None:
+                cost = str(Decimal(cost) + call.cost_usd)
+            unknown = call.cost_usd is None and call.cost_status == "unknown"
+            _HOT_ROLLUP.run(
+                conn,
+                {
+                    "input": call.input_tokens,
+                    "output": call.output_tokens,
+                    "cache_read": call.cache_read_tokens,
+                    "cache_write": call.cache_write_tokens,
+                    "reasoning": call.reasoning_tokens,
+                    "unknown": int(unknown),
+                    "cost": cost,
+                    "clear_break": call.cache_break is not None and pending == call.cache_break,
+                    "sid": session_id,
+                },
+            )
 
         # Deferred on the event loop: the call's record rides in the turn's next commit
         # (the reply's, or the closing one), and reads of the session see it meanwhile.
         if self._defer(session_id, write):
             self._pending_rollups.setdefault(session_id, []).append(roll_up)
             return
-        with self._tx() as db:
-            write(db)
+        with self._write() as conn:
+            write(conn)
 
     def api_calls(
         self, *, session_id: str, limit: int = 100, offset: int = 0
