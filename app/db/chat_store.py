@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, bindparam, text
 
+from app.db.raw import Hot
 from app.db.store import Store
 
 
@@ -64,6 +65,16 @@ def find_continuations(
     return [Continuation(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4] or 0)) for r in rows]
 
 
+# Every turn that shows the client something runs these (app/db/raw.py).
+_ADD_KEYS = Hot(
+    "INSERT INTO transcript_key "
+    "(prefix_hash, session_id, position, last_row_id, compactions, created_at) "
+    "SELECT :h, :sid, :pos, :row, compactions, :now FROM session WHERE id = :sid"
+)
+_MOVE_HEAD = Hot("UPDATE session SET transcript_head = :h, transcript_len = :n WHERE id = :sid")
+_LAST_ROW = Hot("SELECT MAX(id) FROM message WHERE session_id = :sid")
+
+
 def index_transcript(
     store: Store, *, session_id: str, keys: Sequence[TranscriptKey], head: str, length: int
 ) -> None:
@@ -72,12 +83,8 @@ def index_transcript(
         return
     with store.begin() as conn:
         # The session's compaction count is read by the insert itself: one statement.
-        conn.execute(
-            text(
-                "INSERT INTO transcript_key "
-                "(prefix_hash, session_id, position, last_row_id, compactions, created_at) "
-                "SELECT :h, :sid, :pos, :row, compactions, :now FROM session WHERE id = :sid"
-            ),
+        _ADD_KEYS.run_many(
+            conn,
             [
                 {
                     "h": k.prefix_hash,
@@ -89,22 +96,13 @@ def index_transcript(
                 for k in keys
             ],
         )
-        conn.execute(
-            text("UPDATE session SET transcript_head = :h, transcript_len = :n WHERE id = :sid"),
-            {"h": head, "n": length, "sid": session_id},
-        )
+        _MOVE_HEAD.run(conn, {"h": head, "n": length, "sid": session_id})
 
 
 def last_row_id(store: Store, *, session_id: str) -> int:
-    with store.session() as db:
-        value = (
-            db.connection()
-            .execute(
-                text("SELECT MAX(id) FROM message WHERE session_id = :sid"), {"sid": session_id}
-            )
-            .scalar()
-        )
-    return int(value or 0)
+    with store.reader() as conn:
+        found = _LAST_ROW.run(conn, {"sid": session_id}).fetchone()
+    return int(found[0] or 0) if found is not None else 0
 
 
 def retract_after(

@@ -27,7 +27,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -71,7 +71,9 @@ _ACTIVE = (
     .where(_MESSAGE.c.session_id == bindparam("sid"), _MESSAGE.c.active.is_(True))
     .order_by(_MESSAGE.c.id)
 )
-_GET_SESSION = core_select(_SESSION).where(_SESSION.c.id == bindparam("sid"))
+_SESSION_COLUMNS = tuple(c.name for c in _SESSION.columns)
+_SESSION_FLAGS = tuple(c.name for c in _SESSION.columns if c.type.python_type is bool)
+"""SQLite hands booleans back as 0/1; the DBAPI read converts them as Core would."""
 
 # The turn path's statements on the DBAPI cursor (app/db/raw.py): the two units of a turn
 # run these and little else.
@@ -93,7 +95,7 @@ _MESSAGE_COLUMNS = (
     "created_at",
 )
 _HOT_MESSAGE = insert_sql("message", _MESSAGE_COLUMNS)
-_HOT_SESSION = insert_sql("session", [c.name for c in _SESSION.columns])
+_HOT_SESSION = insert_sql("session", _SESSION_COLUMNS)
 _HOT_TURN = insert_sql("turn", [c.name for c in _TURN.columns if c.name != "id"] + ["id"])
 _HOT_API_CALL = insert_sql("api_call", [c.name for c in _API_CALL.columns if c.name != "id"])
 _HOT_FENCE = Hot("UPDATE session SET updated_at = :now WHERE id = :sid AND lease = :lease")
@@ -103,6 +105,9 @@ _HOT_RELEASE = Hot(
 _HOT_FINISH = Hot(
     "UPDATE turn SET finished_at = :now, exit_reason = :reason, iterations = :iterations, "
     "error = :error WHERE id = :tid"
+)
+_HOT_GET_SESSION = Hot(
+    "SELECT " + ", ".join(f'"{c}"' for c in _SESSION_COLUMNS) + " FROM session WHERE id = :sid"
 )
 _HOT_ROLLUP_READ = Hot("SELECT cost_usd, pending_cache_break FROM session WHERE id = :sid")
 _HOT_ROLLUP = Hot(
@@ -429,6 +434,10 @@ class Store:
         with self.engine.begin() as fresh:
             yield fresh
 
+    def reader(self) -> AbstractContextManager[Connection]:
+        """A connection for reads in the other `app/db/` modules (the unit's, or pooled)."""
+        return self._reader()
+
     @contextmanager
     def _reader(self) -> Iterator[Connection]:
         """A connection for Core reads: the unit's, or a pooled one (no ORM session)."""
@@ -628,10 +637,13 @@ class Store:
 
     def get_session(self, *, session_id: str) -> SessionRow | None:
         with self._reader() as conn:
-            found = conn.execute(_GET_SESSION, {"sid": session_id}).mappings().first()
+            found = _HOT_GET_SESSION.run(conn, {"sid": session_id}).fetchone()
         if found is None:
             return None
-        row = SessionRow(**found)
+        values = dict(zip(_SESSION_COLUMNS, found, strict=True))
+        for flag in _SESSION_FLAGS:
+            values[flag] = bool(values[flag])
+        row = SessionRow(**values)
         # Deferred writes not yet committed: the caller sees the row they will make.
         for apply in self._pending_rollups.get(session_id, ()):
             apply(row)

@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from app.db.models import MessageRow, SessionRow
+from app.db.raw import Hot
 from app.db.store import Store
 from app.db.tool_models import MemoryRow, TodoListRow
 
@@ -208,10 +209,14 @@ def search_sessions(
 # --------------------------------------------------------------------------- memory
 
 
+_NOTES = Hot("SELECT notes FROM memory WHERE owner = :owner")
+
+
 def memory_notes(store: Store, *, owner: str) -> list[str]:
-    with Session(store.engine) as db:
-        row = db.get(MemoryRow, owner)
-        return _decode_notes(row.notes) if row is not None else []
+    """Read when every new session is made (its prompt freezes them): a hot statement."""
+    with store.reader() as conn:
+        row = _NOTES.run(conn, {"owner": owner}).fetchone()
+    return _decode_notes(row[0]) if row is not None else []
 
 
 def _decode_notes(raw: str) -> list[str]:
