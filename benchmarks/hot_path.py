@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -258,13 +259,22 @@ async def _loaded(
     samples: list[float] = []
     limits = httpx.Limits(max_connections=workers + 10, max_keepalive_connections=workers + 10)
     deadline = time.monotonic() + seconds
-    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "Hi."}]}
+    sent = itertools.count()
 
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
 
         async def worker(delay: float) -> None:
             await asyncio.sleep(delay)  # staggered, so new requests arrive at an even rate
             while time.monotonic() < deadline:
+                # A different question each time, as a hundred callers ask: one principal's
+                # byte-identical body while its twin still runs is a retry by design (it
+                # attaches to that turn), and such requests open one at a time.
+                content = f"Hi, this is caller {next(sent)}."
+                body = {
+                    "model": model,
+                    "stream": True,
+                    "messages": [{"role": "user", "content": content}],
+                }
                 started = time.perf_counter()
                 ttft = None
                 async with client.stream("POST", url, json=body, headers=auth) as resp:

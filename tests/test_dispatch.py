@@ -325,13 +325,17 @@ async def test_results_come_back_in_emission_order_when_the_later_call_finishes_
 
     started: list[int] = []
     reported: list[tuple[int, str, ToolOutcome]] = []
+
+    async def report(i: int, call: ToolCall, outcome: ToolOutcome) -> None:
+        reported.append((i, call.id, outcome))
+
     outcomes = await dispatch(
         _calls("read /w/first", "read /w/second"),
         _registry(read=read),
         CTX,
         resolve=_identity,
         on_start=lambda i, call: started.append(i),
-        on_result=lambda i, call, outcome: reported.append((i, call.id, outcome)),
+        on_result=report,
     )
     assert trace.log == ["end /w/second", "end /w/first"]
     assert outcomes == [ToolOutcome("/w/first"), ToolOutcome("/w/second")]
@@ -463,9 +467,11 @@ async def test_unknown_and_malformed_calls_get_the_registry_errors_without_runni
     registry = _registry(read=read)
     calls = _calls("nope", "read {not json", "read /w/a")
     reported: list[int] = []
-    outcomes = await dispatch(
-        calls, registry, CTX, resolve=_identity, on_result=lambda i, c, o: reported.append(i)
-    )
+
+    async def report(i: int, call: ToolCall, outcome: ToolOutcome) -> None:
+        reported.append(i)
+
+    outcomes = await dispatch(calls, registry, CTX, resolve=_identity, on_result=report)
     assert outcomes[0] == await registry.run(calls[0], CTX)
     assert outcomes[1] == await registry.run(calls[1], CTX)
     assert outcomes[0].is_error and "unknown tool 'nope'" in outcomes[0].content
@@ -488,7 +494,7 @@ async def test_a_failing_tool_is_an_error_result_and_its_siblings_finish() -> No
 
 
 async def test_a_raising_callback_propagates_as_itself() -> None:
-    def explode(index: int, call: ToolCall, outcome: ToolOutcome) -> None:
+    async def explode(index: int, call: ToolCall, outcome: ToolOutcome) -> None:
         raise RuntimeError("store is down")
 
     with pytest.raises(RuntimeError, match="store is down"):

@@ -91,8 +91,8 @@ def test_a_tool_turn_adds_only_intent_and_result_commits(counted: Server, sim: S
     # Before the call, intent (the assistant's calls), the one result, after the call.
     assert commits == 4
     assert statements <= 35, statements
-    # Only the result is committed on the loop, as the dispatcher hands it over.
-    assert _metrics(counted)["courier_db_loop_commits_total"] - on_loop == 1
+    # Every one of them on the store's writer thread, the tool result's too.
+    assert _metrics(counted)["courier_db_loop_commits_total"] - on_loop == 0
 
 
 @pytest.mark.parametrize("stream", [True, False])

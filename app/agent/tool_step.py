@@ -3,10 +3,12 @@ result as it arrives, and relocate oversized output behind a preview."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from app.agent.events import ToolFinished, ToolStarted, TurnEvent
 from app.db.store import NewMessage, Store
@@ -101,22 +103,33 @@ class BatchRunner:
         self._started[index] = time.monotonic()
         self.emit(ToolStarted(call.id, call.name))
 
-    def _on_result(self, index: int, call: ToolCall, outcome: ToolOutcome) -> None:
-        # Committed as it arrives: a crash later in the batch keeps what already ran.
-        [row_id] = self.store.append_messages(
-            session_id=self.tool_ctx.session_id,
-            lease=self.lease,
-            turn_id=self.turn_id,
-            messages=[
-                NewMessage(
-                    role="tool",
-                    content=outcome.content,
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    is_error=outcome.is_error,
-                )
-            ],
+    async def _on_result(self, index: int, call: ToolCall, outcome: ToolOutcome) -> None:
+        # Committed as it arrives, on the store's writer thread: a crash later in the batch
+        # keeps what already ran, and a slow disk holds this turn, not every stream.
+        result = NewMessage(
+            role="tool",
+            content=outcome.content,
+            tool_call_id=call.id,
+            tool_name=call.name,
+            is_error=outcome.is_error,
         )
+        landing = self.store.commit_off_loop(
+            partial(
+                self.store.append_messages,
+                session_id=self.tool_ctx.session_id,
+                lease=self.lease,
+                turn_id=self.turn_id,
+                messages=[result],
+            )
+        )
+        try:
+            [row_id] = await asyncio.shield(landing)
+        except asyncio.CancelledError:
+            # The commit goes on in the writer thread; let it land before the cancellation
+            # closes the batch's unanswered calls, or this call would get an `interrupted`
+            # result as well as its own.
+            await asyncio.wait({landing})
+            raise
         self._rows[index] = row_id
         started = self._started.get(index, time.monotonic())
         duration_ms = (time.monotonic() - started) * 1000

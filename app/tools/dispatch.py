@@ -48,7 +48,7 @@ MAX_WORKERS = 8
 
 Resolve = Callable[[Path], Path]
 OnStart = Callable[[int, ToolCall], None]
-OnResult = Callable[[int, ToolCall, ToolOutcome], None]
+OnResult = Callable[[int, ToolCall, ToolOutcome], Awaitable[None]]
 Guard = Callable[[ToolCall, Tool, dict[str, Any]], Awaitable[ToolOutcome | None]]
 """Consulted before a known tool runs: None lets it run, an outcome answers instead
 (a refusal). It may wait, for a human's approval; the call's slot waits with it."""
@@ -213,7 +213,7 @@ async def dispatch(
             outcome = refused or await registry.invoke(item.tool, item.args, ctx)
         outcomes[index] = outcome
         if on_result is not None:
-            on_result(index, call, outcome)
+            await on_result(index, call, outcome)
 
     async def run_bounded(index: int) -> None:
         async with workers:
