@@ -83,7 +83,7 @@ def build_providers(
             profile,
             key_states,
             base_url=base_url,
-            http_client=clients.for_url(base_url, timeout=profile.upstream_timeout_s),
+            clients=clients,
         )
     return providers
 

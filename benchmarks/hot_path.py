@@ -72,10 +72,26 @@ def pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
+def _anthropic_wire(port: int) -> dict[str, str]:
+    # The SDK's base URL excludes `/v1`; the simulator answers `/v1/messages` too.
+    return {
+        "COURIER_UPSTREAM_PROVIDER": "anthropic",
+        "COURIER_UPSTREAM_BASE_URL": f"http://127.0.0.1:{port}",
+        "COURIER_UPSTREAM_MODEL": "claude-sonnet-4-5",
+    }
+
+
+WIRES: dict[str, Callable[[int], dict[str, str]]] = {
+    "openai": lambda port: {},
+    "anthropic": _anthropic_wire,
+}
+"""The upstream wire the Courier profile speaks to the simulator (`--wire`)."""
+
+
 class Rig:
     """One simulator and one Courier server, with the controls the sections need."""
 
-    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, extra_env: dict[str, str] | None = None, *, wire: str = "openai") -> None:
         self.sim_port, self.port = free_port(), free_port()
         self.key, self.metrics_key = bench_key(), bench_key()
         self.data = tempfile.mkdtemp(prefix="courier-bench-")
@@ -87,6 +103,7 @@ class Rig:
             "COURIER_DATA_DIR": self.data,
             "COURIER_UPSTREAM_BASE_URL": f"http://127.0.0.1:{self.sim_port}/v1",
             "COURIER_UPSTREAM_API_KEY": "bench",
+            **(WIRES[wire](self.sim_port)),
             "COURIER_LOG_LEVEL": "warning",
             **(extra_env or {}),
         }
@@ -532,6 +549,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--wire", choices=sorted(WIRES), default="openai")
     args = parser.parse_args()
     only = set(args.only.split(","))
     if unknown := only - set(SECTIONS):
@@ -552,7 +570,8 @@ def main() -> int:
             extra_env={
                 "COURIER_MAX_CONCURRENT_TURNS": str(limits),
                 "COURIER_MAX_CONNECTIONS_PER_IP": "0",
-            }
+            },
+            wire=args.wire,
         )
         try:
             for _name, run in wanted:

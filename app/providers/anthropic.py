@@ -7,12 +7,15 @@ multiply with `stream_with_retry`, so one failure could become nine upstream cal
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from contextlib import suppress
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import anthropic
 import httpx2  # the transport the anthropic SDK is built on; its read errors escape the SDK
+import orjson
 
 from app.providers.base import (
     AssistantMessage,
@@ -33,6 +36,9 @@ from app.providers.base import (
     cache_control,
 )
 from app.providers.errors import PhraseTable, classify_http_error, classify_stream_error, redact
+from app.providers.fragments import MessageFragments
+from app.providers.messages_sse import MessagesEventDecoder
+from app.providers.openai_chat import encode_body
 from app.providers.usage import usage_from_anthropic
 
 # ---------------------------------------------------------------------------- request body
@@ -208,6 +214,91 @@ def build_messages_body(request: ModelRequest, *, default_max_tokens: int = 8192
     return body
 
 
+_SDK_ORDER = ("max_tokens", "messages", "model", "stop_sequences", "stream", "system", "tools")
+"""The keys the SDK's typed `messages.create` sent first, in its order; the rest follow in
+ours. Kept, so the bytes upstream did not change when the adapter stopped calling it."""
+
+_FRAGMENTS = MessageFragments()
+_SPLICED = ("max_tokens", "messages")
+
+
+def _sdk_ordered(body: dict[str, Any]) -> dict[str, Any]:
+    ordered = {key: body[key] for key in _SDK_ORDER if key in body}
+    ordered.update(body)  # keys already placed keep their place; the others come after
+    return ordered
+
+
+def full_messages_body(request: ModelRequest, *, default_max_tokens: int = 8192) -> bytes:
+    """The streamed call's body encoded whole: `build_messages_body` plus `stream`."""
+    body = build_messages_body(request, default_max_tokens=default_max_tokens)
+    body["stream"] = True
+    return encode_body(_sdk_ordered(body))
+
+
+def _message_blocks(message: Message, ttl: str) -> bytes:
+    """One message's content blocks as encoded JSON, without the brackets (b"" for none)."""
+    _, blocks = _blocks(message, ttl)
+    if message.cache:
+        _mark(blocks, ttl)
+    return orjson.dumps(blocks)[1:-1] if blocks else b""
+
+
+def encode_messages_body(request: ModelRequest, *, default_max_tokens: int = 8192) -> bytes:
+    """`full_messages_body(request)`, without re-encoding the messages an earlier call of
+    the same conversation already encoded.
+
+    Consecutive messages of one role share a turn on this wire, so what is kept per
+    message is its blocks; the turns are spliced from them. Compact JSON of a list is its
+    items' encodings joined by commas, so the bytes are the same as a whole encode.
+    """
+    messages, ttl = request.messages, request.cache_ttl
+    try:
+        parts = _FRAGMENTS.encoded(
+            messages,
+            ((request.prompt_cache_key or id(messages[0])) if messages else 0, ttl),
+            lambda message: _message_blocks(message, ttl),
+        )
+        shell = build_messages_body(
+            replace(request, messages=()), default_max_tokens=default_max_tokens
+        )
+        shell["stream"] = True
+        ordered = _sdk_ordered(shell)
+        rest = orjson.dumps({k: v for k, v in ordered.items() if k not in _SPLICED})
+        head = orjson.dumps({"max_tokens": shell["max_tokens"]})[:-1]
+    except TypeError:
+        return full_messages_body(request, default_max_tokens=default_max_tokens)
+    if any(message.cache and not part for message, part in zip(messages, parts, strict=True)):
+        # A marker on a message without blocks lands on the block before it, which another
+        # message's fragment holds: rare enough to build the body whole.
+        return full_messages_body(request, default_max_tokens=default_max_tokens)
+    turns: list[bytes] = []
+    content: list[bytes] = []
+    role = ""
+    if not messages or messages[0].kind != "user":
+        role, content = "user", [_GREETING_BLOCK]
+    for message, part in zip(messages, parts, strict=True):
+        if not part:
+            continue
+        speaker = "assistant" if message.kind == "assistant" else "user"
+        if speaker != role and content:
+            turns.append(b'{"role":"%s","content":[%s]}' % (role.encode(), b",".join(content)))
+            content = []
+        role = speaker
+        content.append(part)
+    if content:
+        turns.append(b'{"role":"%s","content":[%s]}' % (role.encode(), b",".join(content)))
+    # `rest` is never empty: it holds the model.
+    return b"".join((head, b',"messages":[', b",".join(turns), b"],", rest[1:]))
+
+
+_GREETING_BLOCK = orjson.dumps({"type": "text", "text": GREETING_CUE})
+
+
+def _check_body(request: ModelRequest, body: bytes, *, default_max_tokens: int) -> None:
+    if body != full_messages_body(request, default_max_tokens=default_max_tokens):
+        raise AssertionError("the spliced upstream body differs from a full encode")
+
+
 # ---------------------------------------------------------------------------- accumulator
 
 _STOP_REASONS: dict[str, FinishReason] = {
@@ -328,11 +419,16 @@ def map_sdk_error(exc: anthropic.AnthropicError, *, secret: str | None = None) -
 
 # ---------------------------------------------------------------------------- provider
 
-_TYPED_PARAMS = ("model", "max_tokens", "messages", "system", "tools", "stop_sequences")
-
 
 class AnthropicProvider:
-    """Streams `POST {base_url}/v1/messages`; `base_url` excludes `/v1`, as in the SDK."""
+    """Streams `POST {base_url}/v1/messages`; `base_url` excludes `/v1`, as in the SDK.
+
+    The SDK stays the client (its headers, auth, timeouts and typed errors), but the body
+    goes out pre-encoded and the reply comes back as the raw response: its typed call
+    encoded the body with the stdlib encoder on every call and built a pydantic model of
+    every stream event, which was dumped straight back to the dict the fold reads; that
+    cost several times the OpenAI wire's CPU per chunk (benchmarks/anthropic_wire.py).
+    """
 
     # Seed, penalties and logit bias have no Messages equivalent; service tiers differ.
     passthrough = frozenset({"reasoning_effort", "user"})
@@ -345,9 +441,11 @@ class AnthropicProvider:
         *,
         timeout: float = 600,
         default_max_tokens: int = 8192,
+        http_client: httpx2.AsyncClient | None = None,
     ) -> None:
         self._api_key = api_key
         self._default_max_tokens = default_max_tokens
+        self._owns_client = http_client is None
         # Credentials are exactly what configuration says: without a key the SDK would go
         # looking in the environment and profile files, so pass an empty one and omit the
         # header instead (keyless local gateways).
@@ -358,43 +456,76 @@ class AnthropicProvider:
             max_retries=0,
             timeout=timeout,
             default_headers=headers,
+            http_client=http_client,
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
-        body = build_messages_body(request, default_max_tokens=self._default_max_tokens)
-        extra = {key: value for key, value in body.items() if key not in _TYPED_PARAMS}
+        body = encode_messages_body(request, default_max_tokens=self._default_max_tokens)
+        if os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1":
+            # Tests: the spliced body must equal a full build and encode of the request.
+            _check_body(request, body, default_max_tokens=self._default_max_tokens)
         try:
-            events = await self._client.messages.create(
-                model=body["model"],
-                max_tokens=body["max_tokens"],
-                messages=body["messages"],
-                system=body.get("system", anthropic.omit),
-                tools=body.get("tools", anthropic.omit),
-                stop_sequences=body.get("stop_sequences", anthropic.omit),
-                # This SDK release dropped temperature/top_p from the signature; the API
-                # still reads them, so they ride in the body untouched.
-                extra_body=extra or None,
-                stream=True,
+            # `post` with bytes is the SDK's supported way to send a body it did not
+            # build; `cast_to=httpx2.Response` with `stream=True` hands back the response
+            # unread, after the SDK has turned any error status into its typed error.
+            response = await self._client.post(
+                "/v1/messages", cast_to=httpx2.Response, content=body, stream=True
             )
         except anthropic.AnthropicError as exc:
             raise map_sdk_error(exc, secret=self._api_key) from None
         state = MessagesStreamState()
         try:
-            async for event in events:
-                for out in state.fold(event.model_dump(mode="json", exclude_none=True)):
+            async for event in self._events(response):
+                for out in state.fold(event):
                     yield out
-        except anthropic.APIStatusError as exc:
-            raise map_sdk_error(exc, secret=self._api_key) from None
-        except (anthropic.AnthropicError, httpx2.HTTPError) as exc:
+        except httpx2.HTTPError as exc:
             # Output may already be out; whatever cut the body mid-way, it is a dropped stream
             # (or, when the upstream merely went silent, a timeout).
             message = redact(f"{type(exc).__name__}: {exc}", self._api_key)
-            silent = isinstance(exc, anthropic.APITimeoutError | httpx2.ReadTimeout)
+            silent = isinstance(exc, httpx2.ReadTimeout)
             raise ProviderError("timeout" if silent else "stream_dropped", message) from None
         finally:
-            await events.close()
+            await response.aclose()
         for out in state.finish():
             yield out
 
+    async def _events(self, response: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
+        """The stream's events as dicts, read as the SDK's own stream reads them: `ping`
+        and unnamed events skipped, `event: error` raised with its body."""
+        decoder = MessagesEventDecoder()
+        async for chunk in response.aiter_bytes():
+            for name, data in decoder.feed(chunk):
+                if (event := self._event(name, data)) is not None:
+                    yield event
+        for name, data in decoder.close():
+            if (event := self._event(name, data)) is not None:
+                yield event
+
+    def _event(self, name: str | None, data: bytes | str) -> dict[str, Any] | None:
+        if name is None or name == "ping":
+            return None
+        if name == "error":
+            # An `event: error` frame inside a 200 stream: only its body knows what
+            # happened; as the SDK did, a body that is not JSON is classified by its text.
+            body: Any = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+            with suppress(orjson.JSONDecodeError):
+                body = orjson.loads(data)
+            raise classify_stream_error(body, secret=self._api_key, phrases=PHRASES)
+        if not data:
+            return None
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            # The SDK let its JSON error escape here, which ended the turn as our own
+            # internal error; a garbled upstream stream is the upstream's fault.
+            raise ProviderError(
+                "stream_dropped", f"upstream sent an unparseable {name!r} event"
+            ) from None
+        if not isinstance(event, dict):
+            raise ProviderError("stream_dropped", f"upstream sent a non-object {name!r} event")
+        return event
+
     async def aclose(self) -> None:
-        await self._client.close()
+        # A shared client belongs to the pool that lent it (app/providers/clients.py).
+        if self._owns_client:
+            await self._client.close()

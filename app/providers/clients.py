@@ -4,6 +4,9 @@ A client per profile would split the pool (and its kept-alive connections) betwe
 profiles on the same upstream; httpx's defaults (100 connections, 20 kept alive) would
 silently queue the 101st concurrent stream and reopen a connection for most calls at
 concurrency above 20. The pool is sized from the concurrent-turn limit instead.
+
+The anthropic SDK is built on httpx2, a fork of httpx, and only accepts its client, so
+an upstream called on that wire gets an httpx2 client over the same kind of pool.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 import httpx
+import httpx2
 
+from app.providers.sdk_transport import LeanSDKTransport
 from app.providers.transport import LeanTransport
 
 
@@ -20,6 +25,7 @@ class UpstreamClients:
         self._max = max_connections
         self._lean = lean
         self._clients: dict[tuple[str, float], httpx.AsyncClient] = {}
+        self._sdk_clients: dict[tuple[str, float], httpx2.AsyncClient] = {}
 
     def for_url(self, base_url: str, *, timeout: float) -> httpx.AsyncClient:
         """The shared client for `base_url`'s origin with this read timeout."""
@@ -39,7 +45,29 @@ class UpstreamClients:
             self._clients[key] = client
         return client
 
+    def sdk_client_for_url(self, base_url: str, *, timeout: float) -> httpx2.AsyncClient:
+        """The shared httpx2 client for `base_url`'s origin, for an SDK built on httpx2."""
+        parts = urlsplit(base_url)
+        key = (f"{parts.scheme}://{parts.netloc}", timeout)
+        client = self._sdk_clients.get(key)
+        if client is None:
+            lean = LeanSDKTransport(LeanTransport(max_connections=self._max))
+            client = httpx2.AsyncClient(
+                timeout=httpx2.Timeout(timeout, connect=min(timeout, 30.0)),
+                limits=httpx2.Limits(
+                    max_connections=self._max, max_keepalive_connections=self._max
+                ),
+                # As the SDK's own client does; a redirect is followed, not reported.
+                follow_redirects=True,
+                transport=lean if self._lean else None,
+            )
+            self._sdk_clients[key] = client
+        return client
+
     async def aclose(self) -> None:
         for client in self._clients.values():
             await client.aclose()
         self._clients.clear()
+        for sdk_client in self._sdk_clients.values():
+            await sdk_client.aclose()
+        self._sdk_clients.clear()

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, assert_never
 
-import httpx
-
 from app.providers.anthropic import AnthropicProvider
 from app.providers.base import Provider
+from app.providers.clients import UpstreamClients
 from app.providers.keyring import KeyStates, RotatingProvider, fingerprint
 from app.providers.openai_chat import OpenAIChatProvider
 
@@ -29,12 +28,12 @@ def build_provider(
     api_key: str | None,
     cache_markers: bool = False,
     timeout: float = 600,
-    http_client: httpx.AsyncClient | None = None,
+    clients: UpstreamClients | None = None,
 ) -> Provider:
     """An adapter for `kind`. `cache_markers` only applies to the OpenAI wire shape: the
     Anthropic wire always carries its markers natively. No base URL means the provider's
-    public endpoint. `http_client` is a shared pool for the OpenAI wire (the Anthropic SDK
-    keeps its own)."""
+    public endpoint. `clients` lends the adapter its upstream's shared pool (without it,
+    the adapter keeps a client of its own)."""
     base_url = base_url or DEFAULT_BASE_URLS[kind]
     match kind:
         case "openai":
@@ -43,10 +42,12 @@ def build_provider(
                 api_key,
                 timeout=timeout,
                 cache_markers=cache_markers,
-                http_client=http_client,
+                http_client=clients.for_url(base_url, timeout=timeout) if clients else None,
             )
         case "anthropic":
-            return AnthropicProvider(base_url, api_key, timeout=timeout)
+            # The SDK is built on httpx2, a fork of httpx: its client is a separate one.
+            sdk_client = clients.sdk_client_for_url(base_url, timeout=timeout) if clients else None
+            return AnthropicProvider(base_url, api_key, timeout=timeout, http_client=sdk_client)
         case _:
             assert_never(kind)
 
@@ -56,10 +57,10 @@ def build_keyed_provider(
     key_states: KeyStates,
     *,
     base_url: str | None = None,
-    http_client: httpx.AsyncClient | None = None,
+    clients: UpstreamClients | None = None,
 ) -> Provider:
     """The profile's adapter; with several upstream keys, a ring that rotates past a
-    throttled or refused one (every key's adapter shares `http_client`)."""
+    throttled or refused one (every key's adapter shares the upstream's pool)."""
     keys = [k.get_secret_value() for k in (profile.api_key, *profile.api_keys) if k]
     keys = list(dict.fromkeys(keys))  # one key listed twice is still one key
 
@@ -70,7 +71,7 @@ def build_keyed_provider(
             api_key=key,
             cache_markers=profile.cache_markers,
             timeout=profile.upstream_timeout_s,
-            http_client=http_client,
+            clients=clients,
         )
 
     if len(keys) <= 1:

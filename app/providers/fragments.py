@@ -1,0 +1,77 @@
+"""Each recent conversation's messages as encoded for its previous upstream call.
+
+A long session's body is mostly history the previous call already encoded, and the whole
+body goes out on every call; encoding all of it again cost milliseconds per call at a few
+hundred messages. A leased session's projection hands the same message objects to every
+call, so the previous call's encodings are reused position by position where the object
+is the same one; only what changed (the newest messages, the ones a cache marker moved
+to) is encoded again. Identity, not value: hashing every message of a long session on
+every call cost more than the encoding it saved. The key only decides which earlier call
+is compared with. Least recently used conversations go first, bounded by count and bytes.
+
+The same scheme as the OpenAI wire's `_Fragments` (app/providers/openai_chat.py), with the
+encoder a parameter so any wire can use it.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from contextlib import suppress
+
+from app.providers.base import Message
+
+BODIES_KEPT = 512
+BODY_BYTES_KEPT = 64 * 1024 * 1024
+
+
+class MessageFragments:
+    def __init__(self, *, kept: int = BODIES_KEPT, kept_bytes: int = BODY_BYTES_KEPT) -> None:
+        self._kept: OrderedDict[Hashable, tuple[tuple[Message, ...], list[bytes], int]] = (
+            OrderedDict()
+        )
+        self._bytes = 0
+        self._max, self._max_bytes = kept, kept_bytes
+
+    def encoded(
+        self,
+        messages: tuple[Message, ...],
+        key: Hashable,
+        encode: Callable[[Message], bytes],
+    ) -> list[bytes]:
+        """`[encode(m) for m in messages]`, reusing the encodings kept under `key`.
+
+        `encode` must depend on nothing but the message and what `key` holds."""
+        if not messages:
+            return []
+        found = self._kept.pop(key, None)
+        if found is not None:
+            self._bytes -= found[2]
+            old, parts, size = found[0], found[1][: len(messages)], found[2]
+            if len(parts) < len(found[1]):
+                size = sum(map(len, parts))
+            # C loops over the whole list, Python only at the few positions that changed.
+            same = list(map(operator.is_, old, messages))
+            at = 0
+            with suppress(ValueError):
+                while True:
+                    at = same.index(False, at)
+                    fresh = encode(messages[at])
+                    size += len(fresh) - len(parts[at])
+                    parts[at] = fresh
+                    at += 1
+            added = [encode(message) for message in messages[len(old) :]]
+            parts += added
+            size += sum(map(len, added))
+        else:
+            parts = [encode(message) for message in messages]
+            size = sum(map(len, parts))
+        self._kept[key] = (messages, parts, size)
+        self._bytes += size
+        while len(self._kept) > 1 and (
+            len(self._kept) > self._max or self._bytes > self._max_bytes
+        ):
+            _, (_, _, dropped) = self._kept.popitem(last=False)
+            self._bytes -= dropped
+        return parts
