@@ -53,7 +53,8 @@ def _request(history: int) -> ModelRequest:
         messages.append(AssistantMessage(f"Answer {i}: " + text_of(60)))
     messages.append(UserMessage("Say something."))
     return ModelRequest(
-        model="claude-sonnet-4-5",
+        # Not a real model name: the SDK's typed call warns about deprecated ones.
+        model="claude-sim",
         system=(SystemBlock("You are a careful assistant. " * 40, cache=True),),
         messages=tuple(messages),
     )

@@ -16,6 +16,7 @@ Runs the real server and the simulator as subprocesses and prints, for issue 10:
 Figures and ratios only; nothing is asserted (the machine is shared and noisy).
 
     .venv/bin/python benchmarks/hot_path.py [--only cpu,growth,ttft,conns,rss,search]
+                                            [--wire openai|anthropic]
 """
 
 from __future__ import annotations

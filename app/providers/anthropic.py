@@ -214,9 +214,14 @@ def build_messages_body(request: ModelRequest, *, default_max_tokens: int = 8192
     return body
 
 
-_SDK_ORDER = ("max_tokens", "messages", "model", "stop_sequences", "stream", "system", "tools")
-"""The keys the SDK's typed `messages.create` sent first, in its order; the rest follow in
-ours. Kept, so the bytes upstream did not change when the adapter stopped calling it."""
+_SDK_ORDER = (
+    *("max_tokens", "messages", "model", "cache_control", "container", "diagnostics"),
+    *("inference_geo", "metadata", "output_config", "service_tier", "speed"),
+    *("stop_sequences", "stream", "system", "thinking", "tool_choice", "tools"),
+)
+"""The body keys of the SDK's typed `messages.create`, in its order (an `extra_body` key
+it names takes that place); the rest follow in ours. Kept, so the bytes upstream did not
+change when the adapter stopped calling it (tests/test_anthropic_lean_wire.py)."""
 
 _FRAGMENTS = MessageFragments()
 _SPLICED = ("max_tokens", "messages")

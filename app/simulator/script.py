@@ -12,7 +12,7 @@ Step format (JSON), every key optional:
                                 | "refusal"},
      "fault": {"status": int, "retry_after": float, "message": str, "after_events": int,
                "drop_after_events": int, "delay_ms": float,
-               "stall_after_events": int, "stall_ms": float}}
+               "stall_after_events": int, "stall_ms": float, "garble_event": int}}
 
 Semantics:
 
@@ -32,7 +32,9 @@ Semantics:
   included) and closes the connection without finishing the body (a non-streamed body is
   cut at half its announced Content-Length); `stall_after_events` on a streamed request
   sends that many SSE events and then goes silent for `stall_ms` (default: an hour, a hung
-  upstream) before sending the rest, so the caller's read timeout fires mid-body.
+  upstream) before sending the rest, so the caller's read timeout fires mid-body;
+  `garble_event` sends the streamed event at that 0-based index with its JSON cut in half
+  (an upstream or proxy that garbles its stream), and the rest as usual.
 
 Scripts are validated when loaded, so a typo in a test fails at `POST /_sim/script`, not as
 a confusing mismatch three requests later.
@@ -95,6 +97,8 @@ class Fault:
     stall_after_events: int | None = None
     """On a streamed request: send this many events, then go silent for `stall_ms`."""
     stall_ms: float = 3_600_000.0
+    garble_event: int | None = None
+    """On a streamed request: the event at this index goes out with its JSON cut in half."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +195,7 @@ _FAULT_KEYS = {
     "delay_ms",
     "stall_after_events",
     "stall_ms",
+    "garble_event",
 }
 
 
@@ -215,6 +220,7 @@ def _fault(raw: Any, where: str) -> Fault:
         stall_ms=float(
             _optional(fault.get("stall_ms"), (int, float), f"{where}.stall_ms") or 3_600_000.0
         ),
+        garble_event=_optional(fault.get("garble_event"), int, f"{where}.garble_event"),
     )
 
 

@@ -185,6 +185,12 @@ def fault_error(fault: Fault, status: int) -> SimError:
     return SimError(status, error_kind_for_status(status), message, headers=headers)
 
 
+def _garbled(frame: Frame) -> Frame:
+    """The frame with its data line's JSON cut in half; its event line, if any, intact."""
+    head, _, data = frame.data.rstrip(b"\n").partition(b"data: ")
+    return Frame(head + b"data: " + data[: max(1, len(data) // 2)] + b"\n\n", frame.tokens)
+
+
 def _stream(
     state: SimState, wire: WireFormat, frames: list[Frame], fault: Fault | None
 ) -> FrameStream:
@@ -192,6 +198,9 @@ def _stream(
         # A mid-stream error: the status went out as 200, so the error travels as an event.
         error = fault_error(fault, fault.status)
         frames = [*frames[: fault.after_events], wire.error_frame(error)]
+    if fault is not None and fault.garble_event is not None and fault.garble_event < len(frames):
+        at = fault.garble_event
+        frames = [*frames[:at], _garbled(frames[at]), *frames[at + 1 :]]
     drop = fault.drop_after_events if fault is not None else None
     stall = None
     if fault is not None and fault.stall_after_events is not None:

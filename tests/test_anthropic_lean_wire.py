@@ -1,0 +1,397 @@
+"""The Anthropic wire's lean path (issue 10), against the upstream simulator.
+
+The adapter used to call the SDK's typed `messages.create(stream=True)`; it now posts a
+body it encoded itself (orjson, spliced from per-message fragments) and parses the raw
+stream, on Courier's `LeanTransport` when the pool lends it a client. Held to the former
+path (tests/support/sdk_reference.py): the same bytes upstream, the same events folded,
+the same errors; and, over HTTP through the real server, one upstream connection reused.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+import app.providers.anthropic as anthropic_wire
+from app.providers.anthropic import AnthropicProvider, full_messages_body
+from app.providers.base import (
+    AssistantMessage,
+    Image,
+    Message,
+    ModelRequest,
+    OutputFormat,
+    ProviderEvent,
+    SamplingParams,
+    SystemBlock,
+    ToolCall,
+    ToolResultMessage,
+    ToolSpec,
+    UserMessage,
+)
+from app.providers.clients import UpstreamClients
+from app.providers.messages_sse import MessagesEventDecoder
+from app.providers.openai_chat import SSEDecoder
+from tests.support.provider_stream import fold, stream_error
+from tests.support.sdk_reference import sdk_typed_stream
+from tests.support.server import Server, sim_env
+from tests.support.sim import Simulator
+
+KEY = "sim-key-anthropic-lean-0123456789"
+READ = ToolSpec(
+    "read_file",
+    "Read a file.",
+    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+)
+PIXEL = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
+# Headers the SDK sets per call or per client instance, not per path.
+VARYING = {"x-stainless-retry-count", "x-stainless-read-timeout", "idempotency-key"}
+
+
+def _request(*messages: Message, **fields: Any) -> ModelRequest:
+    return ModelRequest(
+        model="claude-sim",
+        system=fields.pop("system", (SystemBlock("Be brief."),)),
+        messages=messages or (UserMessage("hello"),),
+        **fields,
+    )
+
+
+REQUESTS: dict[str, ModelRequest] = {
+    "plain": _request(),
+    "everything": _request(
+        UserMessage("look at these", images=(Image(media_type="image/png", data=PIXEL),)),
+        AssistantMessage("Reading.", (ToolCall("toolu_1", "read_file", '{"path":"a.txt"}'),)),
+        ToolResultMessage("toolu_1", "read_file", 'ünïcode \u2028 \x01 "quoted"', cache=True),
+        UserMessage("and https?", images=(Image(url="https://example.com/a.png"),)),
+        UserMessage("[instruction]", instruction=True),
+        system=(
+            SystemBlock("stable prompt " * 50, cache=True),
+            SystemBlock(""),
+            SystemBlock("volatile"),
+        ),
+        tools=(READ,),
+        tool_choice="read_file",
+        parallel_tool_calls=False,
+        sampling=SamplingParams(
+            temperature=0.25, top_p=0.9, stop=("STOP",), max_tokens=300, user="u-1"
+        ),
+        output_format=OutputFormat("json_schema", schema={"type": "object"}),
+        cache_ttl="1h",
+    ),
+    "greeting (no user turn)": ModelRequest(
+        model="claude-sim", system=(SystemBlock("Greet.", cache=True),), messages=()
+    ),
+    "assistant first, prefill last": _request(
+        AssistantMessage("Earlier answer."), UserMessage("go on"), AssistantMessage("Sure,")
+    ),
+    "marker on an empty message": _request(
+        UserMessage("first"), AssistantMessage("", cache=True), UserMessage("second")
+    ),
+}
+
+
+@pytest.fixture
+def clients() -> Iterator[UpstreamClients]:
+    yield UpstreamClients(max_connections=4)
+
+
+async def _drain(events: AsyncIterator[ProviderEvent]) -> list[ProviderEvent]:
+    return [event async for event in events]
+
+
+def _last(sim: Simulator) -> dict[str, Any]:
+    recorded = sim.requests()
+    assert recorded[-1]["path"] == "/v1/messages"
+    return recorded[-1]
+
+
+# ---------------------------------------------------------------------------- bytes
+
+
+@pytest.mark.parametrize("name", list(REQUESTS))
+async def test_the_upstream_receives_the_bytes_the_typed_sdk_call_sent(
+    sim: Simulator, clients: UpstreamClients, name: str
+) -> None:
+    request = REQUESTS[name]
+    typed = anthropic.AsyncAnthropic(base_url=sim.base_url, api_key=KEY, max_retries=0)
+    own = AnthropicProvider(sim.base_url, KEY)
+    shared = AnthropicProvider(
+        sim.base_url, KEY, http_client=clients.sdk_client_for_url(sim.base_url, timeout=600)
+    )
+    sim.script([{"reply": {"text": "ok"}}] * 3)
+    seen: list[dict[str, Any]] = []
+    try:
+        for stream in (
+            sdk_typed_stream(typed, request),
+            own.stream(request),
+            shared.stream(request),
+        ):
+            await _drain(stream)
+            seen.append(_last(sim))
+    finally:
+        await typed.close()
+        await own.aclose()
+        await shared.aclose()
+        await clients.aclose()
+    former, *lean = seen
+    for recorded in lean:
+        assert recorded["body"] == former["body"]  # byte for byte (the recorder decodes UTF-8)
+        headers = {k: v for k, v in recorded["headers"].items() if k not in VARYING}
+        assert headers == {k: v for k, v in former["headers"].items() if k not in VARYING}
+    assert former["body"].encode() == full_messages_body(request, default_max_tokens=8192)
+
+
+async def test_markers_tools_system_and_images_arrive(sim: Simulator) -> None:
+    provider = AnthropicProvider(sim.base_url, KEY)
+    sim.script([{"reply": {"text": "ok"}}])
+    try:
+        await _drain(provider.stream(REQUESTS["everything"]))
+    finally:
+        await provider.aclose()
+    body = json.loads(_last(sim)["body"])
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    assert body["system"] == [
+        {"type": "text", "text": "stable prompt " * 50, "cache_control": hour},
+        {"type": "text", "text": "volatile"},
+    ]
+    assert body["tools"] == [
+        {"name": "read_file", "description": "Read a file.", "input_schema": READ.parameters}
+    ]
+    assert body["tool_choice"] == {
+        "type": "tool",
+        "name": "read_file",
+        "disable_parallel_tool_use": True,
+    }
+    first, second, third = body["messages"]
+    assert first["content"][0] == {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": PIXEL},
+    }
+    result, url_image = third["content"][0], third["content"][1]
+    assert second["content"][1]["input"] == {"path": "a.txt"}
+    assert result["cache_control"] == hour and result["tool_use_id"] == "toolu_1"
+    assert url_image == {
+        "type": "image",
+        "source": {"type": "url", "url": "https://example.com/a.png"},
+    }
+    assert body["stream"] is True and body["max_tokens"] == 300
+
+
+async def test_a_growing_conversation_encodes_only_its_new_messages(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    encoded: list[Message] = []
+    real = anthropic_wire._message_blocks
+
+    def counting(message: Message, ttl: str) -> bytes:
+        encoded.append(message)
+        return real(message, ttl)
+
+    monkeypatch.setattr(anthropic_wire, "_message_blocks", counting)
+    provider = AnthropicProvider(sim.base_url, KEY)
+    history: tuple[Message, ...] = (UserMessage("q0"),)
+    sim.script([{"reply": {"text": "ok"}}] * 4)
+    try:
+        for turn in range(4):
+            request = _request(*history, prompt_cache_key="session-growing")
+            encoded.clear()
+            await _drain(provider.stream(request))
+            # The whole body still goes out, equal to a full encode (checked on every call
+            # under COURIER_VERIFY_LIVE_LOG=1, as the suite runs, and here once more).
+            assert _last(sim)["body"].encode() == full_messages_body(
+                request, default_max_tokens=8192
+            )
+            assert len(encoded) == (1 if turn == 0 else 2)  # only the two new messages
+            history += (AssistantMessage(f"a{turn}"), UserMessage(f"q{turn + 1}"))
+    finally:
+        await provider.aclose()
+
+
+# ---------------------------------------------------------------------------- events
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"text": "one two three", "reasoning": "thinking it over"},
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}, "id": "toolu_a"}]},
+        {"text": "cut", "finish_reason": "max_tokens"},
+    ],
+)
+async def test_events_fold_as_the_typed_sdk_events_did(
+    sim: Simulator, clients: UpstreamClients, reply: dict[str, Any]
+) -> None:
+    typed = anthropic.AsyncAnthropic(base_url=sim.base_url, api_key=KEY, max_retries=0)
+    shared = AnthropicProvider(
+        sim.base_url, KEY, http_client=clients.sdk_client_for_url(sim.base_url, timeout=600)
+    )
+    sim.script([{"reply": reply}] * 2)
+    try:
+        former = await _drain(sdk_typed_stream(typed, _request(tools=(READ,))))
+        lean = await _drain(shared.stream(_request(tools=(READ,))))
+    finally:
+        await typed.close()
+        await clients.aclose()
+    assert lean == former
+    assert fold(lean).finish is not None
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+@pytest.fixture
+async def lean(sim: Simulator) -> AsyncIterator[AnthropicProvider]:
+    pool = UpstreamClients(max_connections=4)
+    yield AnthropicProvider(
+        sim.base_url,
+        KEY,
+        timeout=1.0,
+        http_client=pool.sdk_client_for_url(sim.base_url, timeout=1.0),
+    )
+    await pool.aclose()
+
+
+@pytest.mark.parametrize(
+    ("step", "kind"),
+    [
+        ({"fault": {"status": 429, "retry_after": 1}}, "rate_limited"),
+        ({"fault": {"status": 529}}, "overloaded"),
+        ({"fault": {"status": 500}}, "server_error"),
+        (
+            {"reply": {"text": "one two three"}, "fault": {"status": 529, "after_events": 4}},
+            "overloaded",
+        ),
+        (
+            {"reply": {"text": "a b c d e f g h"}, "fault": {"drop_after_events": 5}},
+            "stream_dropped",
+        ),
+        (
+            {"reply": {"text": "a b c"}, "fault": {"stall_after_events": 4, "stall_ms": 3000}},
+            "timeout",
+        ),
+        ({"fault": {"delay_ms": 3000}, "reply": {"text": "late"}}, "timeout"),
+    ],
+)
+async def test_faults_on_the_lean_transport_map_as_on_the_sdks_own(
+    sim: Simulator, lean: AnthropicProvider, step: dict[str, Any], kind: str
+) -> None:
+    sim.script([step])
+    error = await stream_error(lean, _request())
+    assert error.kind == kind
+    assert KEY not in str(error)
+    assert len(sim.requests()) == 1  # the SDK's retries stay off
+
+
+async def test_an_unreachable_upstream_is_a_connection_error_on_the_lean_transport() -> None:
+    pool = UpstreamClients(max_connections=2)
+    adapter = AnthropicProvider(
+        "http://127.0.0.1:9",
+        KEY,
+        http_client=pool.sdk_client_for_url("http://127.0.0.1:9", timeout=5),
+    )
+    try:
+        error = await stream_error(adapter, _request())
+    finally:
+        await pool.aclose()
+    assert error.kind == "connection" and error.retryable
+
+
+@pytest.mark.parametrize("garbled", [0, 3, 5])
+async def test_a_garbled_stream_event_is_a_dropped_stream(
+    sim: Simulator, clients: UpstreamClients, garbled: int
+) -> None:
+    shared = AnthropicProvider(
+        sim.base_url, KEY, http_client=clients.sdk_client_for_url(sim.base_url, timeout=600)
+    )
+    sim.script([{"reply": {"text": "a b c d e f"}, "fault": {"garble_event": garbled}}])
+    try:
+        error = await stream_error(shared, _request())
+    finally:
+        await clients.aclose()
+    assert (error.kind, error.should_fall_back) == ("stream_dropped", True)
+    assert "unparseable" in error.message
+
+
+# ---------------------------------------------------------------------------- SSE shapes
+
+STREAM = (
+    b'event: message_start\ndata: {"type":"message_start"}\n\n'
+    b": a comment\n\n"
+    b'event: ping\ndata: {"type":"ping"}\n\n'
+    b'event: content_block_delta\ndata: {"a":\ndata: "b"}\n\n'
+    b'data: {"unnamed":1}\n\n'
+    b'event: message_stop\ndata: {"type":"message_stop"}'
+)
+
+
+def _general(raw: bytes, cut: int) -> list[tuple[str | None, Any]]:
+    decoder = SSEDecoder()
+    events = decoder.feed(raw[:cut]) + decoder.feed(raw[cut:]) + decoder.close()
+    return [(e.event, json.loads(e.data)) for e in events]
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
+@pytest.mark.parametrize("bom", [b"", "\ufeff".encode()])
+def test_the_event_decoder_reads_what_the_general_one_reads(newline: bytes, bom: bytes) -> None:
+    raw = bom + STREAM.replace(b"\n", newline)
+    for cut in range(len(raw) + 1):
+        decoder = MessagesEventDecoder()
+        events = decoder.feed(raw[:cut]) + decoder.feed(raw[cut:]) + decoder.close()
+        assert [(name, json.loads(data)) for name, data in events] == _general(raw, cut), cut
+
+
+# ---------------------------------------------------------------------------- over HTTP
+
+
+@pytest.fixture(scope="module")
+def anthropic_server(
+    simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    tmp: Path = tmp_path_factory.mktemp("anthropic-lean")
+    server = Server(data_dir=tmp, env=sim_env(simulator.base_url, "anthropic")).start()
+    yield server
+    server.stop()
+
+
+def _chat(server: Server, text: str, **extra: Any) -> httpx.Response:
+    body = {"model": "courier", "messages": [{"role": "user", "content": text}], **extra}
+    return httpx.post(
+        f"{server.base_url}/v1/chat/completions", json=body, headers=server.headers(), timeout=60
+    )
+
+
+def test_calls_on_the_anthropic_wire_reuse_one_upstream_connection(
+    anthropic_server: Server, sim: Simulator
+) -> None:
+    sim.script([{"reply": {"text": f"answer {i}"}} for i in range(6)])
+    for i in range(6):
+        resp = _chat(anthropic_server, f"reuse {i}", stream=i % 2 == 0)
+        assert resp.status_code == 200, resp.text
+    assert len(sim.requests("/v1/messages")) == 6
+    assert sim.connections() == 1
+
+
+def test_a_garbled_event_ends_the_turn_as_a_dropped_stream_not_our_bug(
+    anthropic_server: Server, sim: Simulator
+) -> None:
+    garbled = {"reply": {"text": "a b c d"}, "fault": {"garble_event": 0}}
+    sim.script([garbled])
+    resp = _chat(anthropic_server, "garbled upstream")
+    # Before, the SDK's JSON error escaped the adapter: a 500 internal_error, our "bug".
+    assert resp.status_code == 502, resp.text
+    assert resp.json()["error"]["code"] == "upstream_stream_dropped"
+    assert len(sim.requests("/v1/messages")) == 1
+    sid = resp.headers["x-session-id"]
+    turns = httpx.get(
+        f"{anthropic_server.base_url}/v1/sessions/{sid}/turns", headers=anthropic_server.headers()
+    ).json()["data"]
+    assert [(t["exit_reason"], t["error"]) for t in turns] == [
+        ("upstream_error", "upstream_stream_dropped")
+    ]
