@@ -326,8 +326,9 @@ class Settings(BaseSettings):
     pool would silently queue streams behind each other."""
     upstream_transport: Literal["lean", "httpx"] = "lean"
     """`lean`: upstream HTTP/1.1 on asyncio and httptools (app/providers/transport.py),
-    about 2 ms of CPU less per streamed call; `httpx`: httpx's own httpcore transport, the
-    fallback should an upstream ever disagree with the lean one."""
+    about 2 ms of CPU less per streamed call, on both wires; `httpx`: httpx's own httpcore
+    transport (httpcore2 under the SDK built on httpx2), the fallback should an upstream
+    ever disagree with the lean one."""
     log_level: str = "info"
     log_format: Literal["text", "json"] = "text"
     """`json`: one JSON object per line with request, session and turn ids, never content."""
