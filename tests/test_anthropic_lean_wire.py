@@ -17,6 +17,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import httpx2
 import pytest
 
 import app.providers.anthropic as anthropic_wire
@@ -38,6 +39,7 @@ from app.providers.base import (
 from app.providers.clients import UpstreamClients
 from app.providers.messages_sse import MessagesEventDecoder
 from app.providers.openai_chat import SSEDecoder
+from app.providers.sdk_transport import _as_httpx2
 from tests.support.provider_stream import fold, stream_error
 from tests.support.sdk_reference import sdk_typed_stream
 from tests.support.server import Server, sim_env
@@ -395,3 +397,24 @@ def test_a_garbled_event_ends_the_turn_as_a_dropped_stream_not_our_bug(
     assert [(t["exit_reason"], t["error"]) for t in turns] == [
         ("upstream_error", "upstream_stream_dropped")
     ]
+
+
+# ---------------------------------------------------------------------------- the adapter
+
+
+def _transport_errors(root: type) -> list[type]:
+    found = [root]
+    for sub in root.__subclasses__():
+        found += _transport_errors(sub)
+    return found
+
+
+@pytest.mark.parametrize("kind", _transport_errors(httpx.TransportError), ids=lambda k: k.__name__)
+def test_every_httpx_transport_error_keeps_its_meaning_under_httpx2(kind: type) -> None:
+    # The SDK maps httpx2.TimeoutException to its timeout error and the rest to a
+    # connection error; a class renamed to a parent would turn a timeout into a fault.
+    request = httpx2.Request("POST", "http://127.0.0.1/v1/messages")
+    renamed = _as_httpx2(kind("boom"), request)
+    assert type(renamed).__name__ == kind.__name__
+    assert isinstance(renamed, httpx2.TimeoutException) == issubclass(kind, httpx.TimeoutException)
+    assert renamed.request is request and str(renamed) == "boom"

@@ -66,11 +66,13 @@ class LeanSDKTransport(httpx2.AsyncBaseTransport):
         return parsed
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        # `stream=`, not `content=`: httpx2 already set Host and Content-Length, and httpx
+        # would otherwise encode and prepare the body a second time.
         inner = httpx.Request(
             request.method,
             self._url(request.url),
             headers=request.headers.raw,
-            content=await request.aread(),
+            stream=httpx.ByteStream(await request.aread()),
             extensions=request.extensions,
         )
         try:
