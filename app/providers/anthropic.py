@@ -1,5 +1,7 @@
-"""Adapter for the Anthropic Messages API, on the official SDK's raw event stream.
+"""Adapter for the Anthropic Messages API, with the official SDK as its HTTP client.
 
+The body is built and encoded here (orjson, spliced from per-message fragments) and the
+SDK hands back the raw streamed response, parsed here as well; see `AnthropicProvider`.
 The SDK's own retries are off (`max_retries=0`): they ignore our Retry-After cap and would
 multiply with `stream_with_retry`, so one failure could become nine upstream calls.
 """
@@ -225,6 +227,7 @@ change when the adapter stopped calling it (tests/test_anthropic_lean_wire.py)."
 
 _FRAGMENTS = MessageFragments()
 _SPLICED = ("max_tokens", "messages")
+_GREETING_BLOCK = orjson.dumps({"type": "text", "text": GREETING_CUE})
 
 
 def _sdk_ordered(body: dict[str, Any]) -> dict[str, Any]:
@@ -294,9 +297,6 @@ def encode_messages_body(request: ModelRequest, *, default_max_tokens: int = 819
         turns.append(b'{"role":"%s","content":[%s]}' % (role.encode(), b",".join(content)))
     # `rest` is never empty: it holds the model.
     return b"".join((head, b',"messages":[', b",".join(turns), b"],", rest[1:]))
-
-
-_GREETING_BLOCK = orjson.dumps({"type": "text", "text": GREETING_CUE})
 
 
 def _check_body(request: ModelRequest, body: bytes, *, default_max_tokens: int) -> None:
