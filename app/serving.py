@@ -147,19 +147,25 @@ class ChatServing:
             handle = self.turns.start_task(
                 relay.ledger_session, lambda h: run_relay(relay, h), profile=profile.name
             )
+            self.twins.record_start(handle, principal.owner, retry, session_id=handle.session_id)
         else:
-            handle = await self._open(req)
+            handle = await self._open(req, retry)
         self.twins.remember(handle, principal.owner, retry)
         return StartedTurn(handle, handle.session_id, profile, ignored)
 
-    async def _open(self, req: TurnRequest) -> TurnHandle:
-        """Open the turn on the store's writer thread (its first transaction), then run it."""
+    async def _open(self, req: TurnRequest, retry: Retry) -> TurnHandle:
+        """Open the turn on the store's writer thread (its first transaction, with a keyed
+        turn's durable record), then run it."""
         handle = self.turns.new_handle()
-        opening = asyncio.ensure_future(
-            self.store.off_loop(
-                lambda: self.sessions.open(req, turn_id=handle.turn_id, emit=handle.publish)
-            )
-        )
+
+        def open_turn() -> OpenedTurn:
+            with self.store.unit():
+                opened = self.sessions.open(req, turn_id=handle.turn_id, emit=handle.publish)
+                session_id = opened.context.session_id
+                self.twins.record_start(handle, req.owner, retry, session_id=session_id)
+                return opened
+
+        opening = asyncio.ensure_future(self.store.off_loop(open_turn))
         try:
             opened = await asyncio.shield(opening)
         except asyncio.CancelledError:

@@ -7,6 +7,7 @@ from sse_starlette import ServerSentEvent as ReferenceEvent
 
 from app.agent.turns import TurnHandle
 from app.protocol.render import ChunkChoice, CompletionRenderer, Delta
+from app.providers.openai_chat import OpenAIChatProvider
 from app.routes.event_stream import ServerSentEvent
 from app.tools.registry import Tool, ToolRegistry
 
@@ -58,3 +59,25 @@ def test_a_restricted_registry_resolves_only_its_names() -> None:
     assert view.names() == ["a", "c"]
     assert view.get("b") is None and registry.get("b") is not None
     assert view.availability is registry.availability
+
+
+@pytest.mark.parametrize("api_key", ["sk-test", None])
+def test_the_request_template_matches_build_request(api_key: str | None) -> None:
+    provider = OpenAIChatProvider(
+        "http://127.0.0.1:9/v1", api_key, extra_headers={"X-Extra": "yes"}, timeout=42
+    )
+    client = provider._client
+    for body in (b'{"model":"m"}', b"x" * 70_000, "é".encode()):
+        fast = provider.request_for(body)
+        slow = client.build_request("POST", provider._url, content=body, headers=provider._headers)
+        assert (fast.method, fast.url) == (slow.method, slow.url)
+        assert fast.headers.raw == slow.headers.raw
+        assert fast.extensions == slow.extensions
+        assert fast.read() == slow.read() == body
+
+
+def test_a_client_holding_cookies_builds_each_request_whole() -> None:
+    provider = OpenAIChatProvider("http://127.0.0.1:9/v1", "sk-test")
+    provider.request_for(b"{}")  # the template exists
+    provider._client.cookies.set("sticky", "node-2", domain="127.0.0.1")
+    assert provider.request_for(b"{}").headers["cookie"] == "sticky=node-2"

@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic_core import PydanticUndefined
-from sqlalchemy import Connection, Engine, bindparam, text
-from sqlalchemy import select as core_select
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, SQLModel, col, func, select
 
@@ -54,22 +53,9 @@ _SESSION = SQLModel.metadata.tables["session"]
 _MESSAGE = SQLModel.metadata.tables["message"]
 _API_CALL = SQLModel.metadata.tables["api_call"]
 _TURN = SQLModel.metadata.tables["turn"]
-_ACTIVE = (
-    core_select(
-        _MESSAGE.c.id,
-        _MESSAGE.c.role,
-        _MESSAGE.c.content,
-        _MESSAGE.c.api_content,
-        _MESSAGE.c.tool_calls,
-        _MESSAGE.c.tool_call_id,
-        _MESSAGE.c.tool_name,
-        _MESSAGE.c.is_error,
-        _MESSAGE.c.turn_id,
-        _MESSAGE.c.kind,
-        _MESSAGE.c.images,
-    )
-    .where(_MESSAGE.c.session_id == bindparam("sid"), _MESSAGE.c.active.is_(True))
-    .order_by(_MESSAGE.c.id)
+_ACTIVE = Hot(
+    "SELECT id, role, content, api_content, tool_calls, tool_call_id, tool_name, is_error, "
+    "turn_id, kind, images FROM message WHERE session_id = :sid AND active = 1 ORDER BY id"
 )
 _SESSION_COLUMNS = tuple(c.name for c in _SESSION.columns)
 _SESSION_FLAGS = tuple(c.name for c in _SESSION.columns if c.type.python_type is bool)
@@ -511,6 +497,12 @@ class Store:
             if rows is not None:
                 rows.extend(added)
 
+    def _start_live(self, session_id: str) -> None:
+        with self._live_lock:
+            self._live[session_id] = []
+            while len(self._live) > LIVE_LOGS_KEPT:
+                self._live.popitem(last=False)
+
     def forget_live(self, session_id: str) -> None:
         """Drop the kept live log: for other `app/db/` modules that change live rows."""
         self._forget_live(session_id)
@@ -639,6 +631,10 @@ class Store:
             if messages:
                 rows = [_message_values(m, session_id=session_id, turn_id=None) for m in messages]
                 _HOT_MESSAGE.run_many(conn, rows)
+            else:
+                # Known to be empty: the appends that follow extend it as they commit, so
+                # the session's first upstream call does not read back what it just wrote.
+                self._after_commit(lambda: self._start_live(session_id))
         return _session_row(values)
 
     def set_tool_snapshot(self, *, session_id: str, lease: str, snapshot: str, reason: str) -> None:
@@ -892,7 +888,7 @@ class Store:
 
     def _load_active(self, session_id: str) -> list[StoredMessage]:
         with self._reader() as conn:
-            rows = conn.execute(_ACTIVE, {"sid": session_id}).all()
+            rows = _ACTIVE.run(conn, {"sid": session_id}).fetchall()
         return [
             StoredMessage(
                 id=r[0],
