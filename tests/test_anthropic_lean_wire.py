@@ -380,6 +380,58 @@ def test_calls_on_the_anthropic_wire_reuse_one_upstream_connection(
     assert sim.connections() == 1
 
 
+def test_markers_tools_system_and_images_arrive_through_the_server(
+    anthropic_server: Server, sim: Simulator
+) -> None:
+    sim.script([{"reply": {"text": "a picture"}}, {"reply": {"text": "still a picture"}}])
+    lookup = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look up a word.",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    }
+    picture = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}"}}
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are terse. " * 100},
+        {"role": "user", "content": [{"type": "text", "text": "what is this?"}, picture]},
+    ]
+    resp = _chat_messages(anthropic_server, messages, tools=[lookup])
+    assert resp.status_code == 200, resp.text
+    messages += [
+        {"role": "assistant", "content": "a picture"},
+        {"role": "user", "content": "sure?"},
+    ]
+    sid = resp.headers["x-session-id"]
+    again = _chat_messages(anthropic_server, messages, tools=[lookup], session=sid)
+    assert again.status_code == 200, again.text
+    first, second = (json.loads(r["body"]) for r in sim.requests("/v1/messages"))
+    for body in (first, second):
+        marked = [block for block in body["system"] if "cache_control" in block]
+        assert len(marked) == len(body["system"]) == 2  # Courier's prompt, then the client's
+        assert body["system"][1]["text"].startswith("You are terse. " * 99)
+        [tool] = [tool for tool in body["tools"] if tool["name"] == "lookup"]
+        assert tool["input_schema"] == lookup["function"]["parameters"]  # type: ignore[index]
+        image, text = body["messages"][0]["content"][:2]
+        assert image["source"] == {"type": "base64", "media_type": "image/png", "data": PIXEL}
+        assert text["text"] == "what is this?"
+    # Each call marks its newest user turn (the second one spliced from kept fragments).
+    assert "cache_control" in first["messages"][-1]["content"][-1]
+    assert "cache_control" in second["messages"][-1]["content"][-1]
+    assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]
+
+
+def _chat_messages(
+    server: Server, messages: list[dict[str, Any]], *, session: str | None = None, **extra: Any
+) -> httpx.Response:
+    headers = server.headers(**({"X-Session-Id": session} if session else {}))
+    body = {"model": "courier", "messages": messages, **extra}
+    return httpx.post(
+        f"{server.base_url}/v1/chat/completions", json=body, headers=headers, timeout=60
+    )
+
+
 def test_a_garbled_event_ends_the_turn_as_a_dropped_stream_not_our_bug(
     anthropic_server: Server, sim: Simulator
 ) -> None:
