@@ -52,18 +52,23 @@ def start_simulator(port: int) -> subprocess.Popen[bytes]:
 
 
 def start_server(
-    env: dict[str, str], *, inherit_courier_env: bool = True, log: Path | None = None
+    env: dict[str, str],
+    *,
+    inherit_courier_env: bool = True,
+    log: Path | None = None,
+    argv: tuple[str, ...] = ("-m", "app.cli", "serve"),
 ) -> subprocess.Popen[bytes]:
     """`python -m app.cli serve` with `env` over this process's environment.
 
     `inherit_courier_env=False` drops any `COURIER_*` variable of the caller's shell, so a
     stray `COURIER_CONFIG` or strategy cannot skew a measurement. `log` receives the
-    server's stdout and stderr (otherwise discarded).
+    server's stdout and stderr (otherwise discarded). `argv` replaces the command after
+    the interpreter (a benchmark's own entry point that patches the server first).
     """
     base = {
         k: v for k, v in os.environ.items() if inherit_courier_env or not k.startswith("COURIER_")
     }
-    command = [sys.executable, "-m", "app.cli", "serve"]
+    command = [sys.executable, *argv]
     if log is None:
         return subprocess.Popen(
             command,

@@ -5,9 +5,12 @@ client per upstream and at most 40 µs of CPU per chunk. This prints:
 
 * `server`  Courier's own server process (CPU read from /proc, as benchmarks/hot_path.py)
             per new-session request of 40 chunks and per chunk (from 400-chunk replies), for
-            a profile on the Anthropic wire on Courier's `LeanTransport`, the same with
+            a profile on the OpenAI wire (the reference every ratio is against), a profile
+            on the Anthropic wire on Courier's `LeanTransport`, the same with
             `COURIER_UPSTREAM_TRANSPORT=httpx` (the SDK's own httpx2/httpcore2 transport),
-            and a profile on the OpenAI wire: the reference every ratio is against;
+            and the former Anthropic adapter: this script's `--serve-former` runs the
+            server with `AnthropicProvider.stream` replaced by the SDK's typed call on the
+            SDK's own transport (tests/support/sdk_reference.py), measured in the same run;
 * `client`  in this process under uvloop, against the simulator: the adapter's former
             path (the SDK's typed `messages.create(stream=True)`, a pydantic model per
             event dumped back to a dict; tests/support/sdk_reference.py), and the current
@@ -25,6 +28,7 @@ import argparse
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 from _harness import REPO_ROOT
 from hot_path import Rig, text_of
@@ -129,6 +133,16 @@ def client_cpu(
     return small, (big - small) / 360 * 1000
 
 
+def serve_former() -> int:
+    """`courier serve`, its Anthropic adapter streaming through the SDK's typed call."""
+    from app import cli
+    from app.providers.anthropic import AnthropicProvider
+    from tests.support.sdk_reference import former_provider_stream
+
+    AnthropicProvider.stream = former_provider_stream  # type: ignore[method-assign]
+    return cli.main(["serve"])
+
+
 def _line(label: str, ms: float, chunk: float, ref: tuple[float, float] | None) -> None:
     ratio = ""
     if ref is not None:
@@ -141,7 +155,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--only", default="server,client")
+    parser.add_argument("--serve-former", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_former:
+        return serve_former()
     only = set(args.only.split(","))
     n = args.requests
     if "server" in only:
@@ -150,6 +167,12 @@ def main() -> int:
             Rig(wire="openai"),
             Rig(wire="anthropic"),
             Rig(extra_env={"COURIER_UPSTREAM_TRANSPORT": "httpx"}, wire="anthropic"),
+            # The SDK's own transport is what the former adapter ran on.
+            Rig(
+                extra_env={"COURIER_UPSTREAM_TRANSPORT": "httpx"},
+                wire="anthropic",
+                argv=(str(Path(__file__).resolve()), "--serve-former"),
+            ),
         ]
         try:
             figures = courier_reference(rigs, n)
@@ -160,6 +183,7 @@ def main() -> int:
             "OpenAI wire, LeanTransport (baseline)",
             "Anthropic wire, LeanTransport",
             "Anthropic wire, COURIER_UPSTREAM_TRANSPORT=httpx",
+            "Anthropic wire, former adapter (SDK typed events)",
         )
         for label, (ms, chunk) in zip(labels, figures, strict=True):
             _line(label, ms, chunk, figures[0])

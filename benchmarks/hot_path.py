@@ -92,7 +92,13 @@ WIRES: dict[str, Callable[[int], dict[str, str]]] = {
 class Rig:
     """One simulator and one Courier server, with the controls the sections need."""
 
-    def __init__(self, extra_env: dict[str, str] | None = None, *, wire: str = "openai") -> None:
+    def __init__(
+        self,
+        extra_env: dict[str, str] | None = None,
+        *,
+        wire: str = "openai",
+        argv: tuple[str, ...] = ("-m", "app.cli", "serve"),
+    ) -> None:
         self.sim_port, self.port = free_port(), free_port()
         self.key, self.metrics_key = bench_key(), bench_key()
         self.data = tempfile.mkdtemp(prefix="courier-bench-")
@@ -108,7 +114,7 @@ class Rig:
             "COURIER_LOG_LEVEL": "warning",
             **(extra_env or {}),
         }
-        self.server = start_server(env, inherit_courier_env=False)
+        self.server = start_server(env, inherit_courier_env=False, argv=argv)
         wait_http(f"http://127.0.0.1:{self.sim_port}/v1/models")
         wait_http(f"http://127.0.0.1:{self.port}/health")
         self.control = httpx.Client(base_url=f"http://127.0.0.1:{self.sim_port}", timeout=30)

@@ -13,7 +13,12 @@ from collections.abc import AsyncIterator
 
 import anthropic
 
-from app.providers.anthropic import MessagesStreamState, build_messages_body
+from app.providers.anthropic import (
+    AnthropicProvider,
+    MessagesStreamState,
+    build_messages_body,
+    map_sdk_error,
+)
 from app.providers.base import ModelRequest, ProviderEvent
 
 TYPED_PARAMS = ("model", "max_tokens", "messages", "system", "tools", "stop_sequences")
@@ -44,3 +49,17 @@ async def sdk_typed_stream(
         await events.close()
     for out in state.finish():
         yield out
+
+
+async def former_provider_stream(
+    self: AnthropicProvider, request: ModelRequest
+) -> AsyncIterator[ProviderEvent]:
+    """`AnthropicProvider.stream` as it was, for a server patched to run it (benchmarks);
+    stream-time errors are mapped only as far as the SDK's typed errors go."""
+    try:
+        async for event in sdk_typed_stream(
+            self._client, request, default_max_tokens=self._default_max_tokens
+        ):
+            yield event
+    except anthropic.AnthropicError as exc:
+        raise map_sdk_error(exc, secret=self._api_key) from None
