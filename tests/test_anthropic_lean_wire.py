@@ -13,7 +13,7 @@ import base64
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx
@@ -100,8 +100,10 @@ REQUESTS: dict[str, ModelRequest] = {
 
 
 @pytest.fixture
-def clients() -> Iterator[UpstreamClients]:
-    yield UpstreamClients(max_connections=4)
+async def clients() -> AsyncIterator[UpstreamClients]:
+    pool = UpstreamClients(max_connections=4)
+    yield pool
+    await pool.aclose()  # again, for a test that failed before closing it
 
 
 async def _drain(events: AsyncIterator[ProviderEvent]) -> list[ProviderEvent]:
@@ -148,6 +150,27 @@ async def test_the_upstream_receives_the_bytes_the_typed_sdk_call_sent(
         headers = {k: v for k, v in recorded["headers"].items() if k not in VARYING}
         assert headers == {k: v for k, v in former["headers"].items() if k not in VARYING}
     assert former["body"].encode() == full_messages_body(request, default_max_tokens=8192)
+
+
+async def test_a_keyless_gateway_gets_no_credentials_on_either_path(sim: Simulator) -> None:
+    omit = cast(dict[str, str], {"Authorization": anthropic.Omit()})
+    typed = anthropic.AsyncAnthropic(
+        base_url=sim.base_url, api_key="", max_retries=0, default_headers=omit
+    )
+    keyless = AnthropicProvider(sim.base_url, None)
+    try:
+        # The simulator wants some key, so both answer 401; the request is recorded first.
+        with pytest.raises(anthropic.AuthenticationError):
+            await _drain(sdk_typed_stream(typed, _request()))
+        assert (await stream_error(keyless, _request())).kind == "auth"
+    finally:
+        await typed.close()
+        await keyless.aclose()
+    former, lean = (r["headers"] for r in sim.requests("/v1/messages"))
+    assert "authorization" not in lean
+    assert {k: v for k, v in lean.items() if k not in VARYING} == {
+        k: v for k, v in former.items() if k not in VARYING
+    }
 
 
 async def test_markers_tools_system_and_images_arrive(sim: Simulator) -> None:

@@ -53,6 +53,7 @@ class UpstreamClients:
         if client is None:
             lean = LeanSDKTransport(LeanTransport(max_connections=self._max))
             client = httpx2.AsyncClient(
+                # A default only: the SDK sends each request with the timeout it was given.
                 timeout=httpx2.Timeout(timeout, connect=min(timeout, 30.0)),
                 limits=httpx2.Limits(
                     max_connections=self._max, max_keepalive_connections=self._max
