@@ -303,6 +303,7 @@ async def lean(sim: Simulator) -> AsyncIterator[AnthropicProvider]:
         ),
         ({"fault": {"delay_ms": 3000}, "reply": {"text": "late"}}, "timeout"),
     ],
+    ids=["429", "529", "500", "error event", "dropped", "stalled mid-body", "slow headers"],
 )
 async def test_faults_on_the_lean_transport_map_as_on_the_sdks_own(
     sim: Simulator, lean: AnthropicProvider, step: dict[str, Any], kind: str
