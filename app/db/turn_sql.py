@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic_core import PydanticUndefined
+from sqlalchemy.orm import configure_mappers
 from sqlmodel import SQLModel
 
 from app.db.models import SessionRow, TurnRow
@@ -88,6 +89,16 @@ TURN_DEFAULTS = _defaults(TurnRow)
 
 
 _SESSION_ROWS = SessionRow._sa_class_manager  # type: ignore[attr-defined]
+_MAPPERS_READY = False
+
+
+def _configure_mappers() -> None:
+    """The ORM sets up its attribute machinery on first use; a row made without its
+    constructor would otherwise be the process's first use, and half-built (reading an
+    attribute fails in a process that has not queried through the ORM yet)."""
+    global _MAPPERS_READY
+    configure_mappers()
+    _MAPPERS_READY = True
 
 
 def session_row(values: dict[str, Any]) -> SessionRow:
@@ -97,6 +108,8 @@ def session_row(values: dict[str, Any]) -> SessionRow:
     instrumented attribute event): about 200 µs; a session is read two or three times per
     upstream call, on the event loop. This is about 10 µs, and the object behaves the same
     (attribute events, `model_dump`, equality)."""
+    if not _MAPPERS_READY:
+        _configure_mappers()
     row: SessionRow = _SESSION_ROWS.new_instance()
     row.__dict__.update(values)
     object.__setattr__(row, "__pydantic_fields_set__", set(values))
