@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from sse_starlette import ServerSentEvent as ReferenceEvent
 
@@ -81,3 +84,25 @@ def test_a_client_holding_cookies_builds_each_request_whole() -> None:
     provider.request_for(b"{}")  # the template exists
     provider._client.cookies.set("sticky", "node-2", domain="127.0.0.1")
     assert provider.request_for(b"{}").headers["cookie"] == "sticky=node-2"
+
+
+def test_a_loader_style_session_row_is_whole_in_a_fresh_process() -> None:
+    """The first thing a process does with the ORM may be a session read: the row must
+    behave like a constructed one even before any mapper has been configured."""
+    script = (
+        "from app.db.models import SessionRow\n"
+        "from app.db.turn_sql import SESSION_DEFAULTS, session_row\n"
+        "values = {**SESSION_DEFAULTS, 'id': 's', 'owner': 'o', 'profile': 'p',\n"
+        "          'system_prompt': 'x', 'started_at': 1.0, 'updated_at': 2.0}\n"
+        "row = session_row(values)\n"
+        "row.input_tokens += 3\n"
+        "built = SessionRow(**values)\n"
+        "built.input_tokens += 3\n"
+        "assert row.model_dump() == built.model_dump(), (row, built)\n"
+        "print(row.id, row.input_tokens)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["s", "3"]

@@ -33,6 +33,11 @@ class Retry:
     digest: str
     key: str | None = None
     marked: bool = False
+    """The SDK's retry counter says this repeats an attempt (`x-stainless-retry-count` >= 1)."""
+    first_try: bool = False
+    """The counter says this is an attempt's first try (0): it repeats nothing. Two pipecat
+    calls under one key open with the same `[system]` body; without this, the second
+    would attach to the first caller's turn."""
 
 
 class DurableKeys:
@@ -113,6 +118,8 @@ class Twins:
             if replayed is not None:
                 self.turns.remember(replayed, owner, retry.key, retry.digest)
                 return replayed
+        if retry.first_try:
+            return None
         return self.turns.find_twin(owner, retry.digest, marked_retry=retry.marked)
 
     def record_start(
