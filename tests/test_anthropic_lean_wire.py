@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,7 +22,7 @@ import httpx2
 import pytest
 
 import app.providers.anthropic as anthropic_wire
-from app.providers.anthropic import AnthropicProvider, full_messages_body
+from app.providers.anthropic import AnthropicProvider, encode_messages_body, full_messages_body
 from app.providers.base import (
     AssistantMessage,
     Image,
@@ -237,6 +238,43 @@ async def test_a_growing_conversation_encodes_only_its_new_messages(
             history += (AssistantMessage(f"a{turn}"), UserMessage(f"q{turn + 1}"))
     finally:
         await provider.aclose()
+
+
+def test_a_shorter_conversation_with_the_same_start_is_encoded_right() -> None:
+    messages = REQUESTS["everything"].messages
+    full = replace(REQUESTS["everything"], prompt_cache_key="session-shorter")
+    assert encode_messages_body(full) == full_messages_body(full)
+    for cut in range(len(messages) - 1, -1, -1):
+        shorter = replace(full, messages=messages[:cut])
+        assert encode_messages_body(shorter) == full_messages_body(shorter), cut
+
+
+def test_an_exotic_schema_or_argument_falls_back_to_the_full_encoder() -> None:
+    # orjson refuses integers past 64 bits; the stdlib encoder does not.
+    huge = ToolSpec("t", "d", {"type": "integer", "maximum": 2**70})
+    request = _request(tools=(huge,))
+    assert encode_messages_body(request) == full_messages_body(request)
+    assert b"1180591620717411303424" in encode_messages_body(request)
+    call = AssistantMessage("", (ToolCall("toolu_big", "t", f'{{"n": {2**70}}}'),))
+    request = _request(UserMessage("hi"), call, ToolResultMessage("toolu_big", "t", "ok"))
+    assert encode_messages_body(request) == full_messages_body(request)
+
+
+def test_a_corrupted_remembered_encoding_is_caught() -> None:
+    request = _request(
+        UserMessage("first"),
+        AssistantMessage("second"),
+        UserMessage("third"),
+        prompt_cache_key="session-tampered",
+    )
+    body = encode_messages_body(request)
+    anthropic_wire._check_body(request, body, default_max_tokens=8192)
+    parts = anthropic_wire._FRAGMENTS._kept[("session-tampered", "5m")][1]
+    parts[1] = b'{"type":"text","text":"tampered"}'
+    tampered = encode_messages_body(request)
+    assert b"tampered" in tampered
+    with pytest.raises(AssertionError, match="differs from a full encode"):
+        anthropic_wire._check_body(request, tampered, default_max_tokens=8192)
 
 
 # ---------------------------------------------------------------------------- events
