@@ -15,11 +15,14 @@ client per upstream and at most 40 µs of CPU per chunk. This prints:
             path (the SDK's typed `messages.create(stream=True)`, a pydantic model per
             event dumped back to a dict; tests/support/sdk_reference.py), and the current
             `AnthropicProvider.stream` on the SDK's default transport and on the shared
-            lean client, for a first request and for one 200 messages into a session.
+            lean client, for a first request and for one 200 messages into a session;
+* `sdk`     the SDK's own CPU per call, what keeping it as the client costs: `post()` of
+            a pre-encoded body over an httpx2 transport that answers at once, against the
+            same request built and sent on the bare httpx2 client.
 
 Figures and ratios only; nothing is asserted (the machine is shared and noisy).
 
-    .venv/bin/python benchmarks/anthropic_wire.py [--requests 200] [--only server,client]
+    .venv/bin/python benchmarks/anthropic_wire.py [--requests 200] [--only server,client,sdk]
 """
 
 from __future__ import annotations
@@ -133,6 +136,51 @@ def client_cpu(
     return small, (big - small) / 360 * 1000
 
 
+def sdk_overhead(n: int) -> tuple[float, float]:
+    """(µs per SDK `post()`, µs per bare httpx2 build and send), CPU, under uvloop."""
+    import anthropic
+    import httpx2
+    import uvloop
+
+    class Instant(httpx2.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            headers = {"content-type": "text/event-stream"}
+            return httpx2.Response(200, headers=headers, stream=httpx2.ByteStream(b""))
+
+    body = b"{}"  # nothing parses it
+    url = "http://upstream.invalid/v1/messages"
+    headers = {"content-type": "application/json"}
+
+    async def run() -> tuple[float, float]:
+        http = httpx2.AsyncClient(transport=Instant())
+        sdk = anthropic.AsyncAnthropic(
+            base_url="http://upstream.invalid", api_key=KEY, max_retries=0, http_client=http
+        )
+
+        async def via_sdk() -> None:
+            response = await sdk.post(
+                "/v1/messages", cast_to=httpx2.Response, content=body, stream=True
+            )
+            await response.aclose()
+
+        async def bare() -> None:
+            request = http.build_request("POST", url, content=body, headers=headers)
+            await (await http.send(request, stream=True)).aclose()
+
+        out = []
+        for call in (via_sdk, bare):
+            for _ in range(WARM * 10):
+                await call()
+            started = time.process_time()
+            for _ in range(n):
+                await call()
+            out.append((time.process_time() - started) / n * 1e6)
+        await http.aclose()
+        return out[0], out[1]
+
+    return uvloop.run(run())
+
+
 def serve_former() -> int:
     """`courier serve`, its Anthropic adapter streaming through the SDK's typed call."""
     from app import cli
@@ -154,7 +202,7 @@ def _line(label: str, ms: float, chunk: float, ref: tuple[float, float] | None) 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--only", default="server,client")
+    parser.add_argument("--only", default="server,client,sdk")
     parser.add_argument("--serve-former", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_former:
@@ -203,6 +251,13 @@ def main() -> int:
                     _line(label, ms, chunk, rows[0][1])
         finally:
             sim.close()
+    if "sdk" in only:
+        sdk, bare = sdk_overhead(n * 10)
+        print(f"The SDK as the client, CPU per call ({n * 10} calls, no network)")
+        print(
+            f"  SDK post(), pre-encoded body   {sdk:6.0f} µs   bare httpx2 build+send "
+            f"{bare:6.0f} µs   (ratio {sdk / bare:4.2f}x: {sdk - bare:.0f} µs the SDK's own)"
+        )
     return 0
 
 
