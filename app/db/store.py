@@ -46,6 +46,7 @@ from app.db.turn_sql import (
     GET_SESSION,
     INSERT_API_CALL,
     INSERT_MESSAGE,
+    INSERT_MESSAGE_ID,
     INSERT_SESSION,
     INSERT_TURN,
     RELEASE_LEASE,
@@ -649,9 +650,8 @@ class Store:
 
         def write(conn: Connection) -> list[int]:
             self._fenced(conn, session_id=session_id, lease=lease)
-            # One row at a time: `lastrowid` is each row's id on every driver, which a
-            # multi-row insert (no RETURNING through executemany) cannot give.
-            ids = [int(INSERT_MESSAGE.run(conn, v).lastrowid) for v in values]
+            # One row at a time: executemany hands back no RETURNING rows.
+            ids = [int(INSERT_MESSAGE_ID.run(conn, v).fetchone()[0]) for v in values]
             added = [_stored_values(i, v) for i, v in zip(ids, values, strict=True)]
             if added:
                 self._after_commit(lambda: self._keep_live(session_id, added))

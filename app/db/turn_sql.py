@@ -44,6 +44,7 @@ MESSAGE_COLUMNS = (
     "created_at",
 )
 INSERT_MESSAGE = insert_sql("message", MESSAGE_COLUMNS)
+INSERT_MESSAGE_ID = insert_sql("message", MESSAGE_COLUMNS, returning="id")
 INSERT_SESSION = insert_sql("session", SESSION_COLUMNS)
 INSERT_TURN = insert_sql("turn", [c.name for c in _TURN.columns])
 INSERT_API_CALL = insert_sql("api_call", [c.name for c in _API_CALL.columns if c.name != "id"])
