@@ -127,6 +127,12 @@ class Rig:
     def reset(self) -> None:
         self.control.post("/_sim/reset", json={}).raise_for_status()
 
+    def upstream_body(self) -> dict[str, Any]:
+        """The last chat request the simulator received (Courier's upstream call)."""
+        recorded = self.control.get("/_sim/requests").json()
+        body = [r for r in recorded if r["path"].endswith("/chat/completions")][-1]["body"]
+        return dict(json.loads(body) if isinstance(body, str) else body)
+
     def connections(self) -> int:
         return int(self.control.get("/_sim/connections").json()["connections"])
 
@@ -256,8 +262,13 @@ def bench_growth(rig: Rig, turns: int, window: int = 10) -> None:
     )
 
 
-def _first_token(client: httpx.Client, url: str, auth: dict[str, str], model: str) -> float:
-    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "Hi."}]}
+def _hello(model: str) -> dict[str, Any]:
+    return {"model": model, "stream": True, "messages": [{"role": "user", "content": "Hi."}]}
+
+
+def _first_token(
+    client: httpx.Client, url: str, auth: dict[str, str], body: dict[str, Any]
+) -> float:
     started = time.perf_counter()
     ttft = None
     with client.stream("POST", url, json=body, headers=auth) as resp:
@@ -313,8 +324,15 @@ class _Caller:
 
 
 async def _loaded(
-    url: str, model: str, auth: dict[str, str], workers: int, seconds: float
+    url: str,
+    model: str,
+    auth: dict[str, str],
+    workers: int,
+    seconds: float,
+    fixed: dict[str, Any] | None = None,
 ) -> list[float]:
+    """TTFT samples of `workers` callers for `seconds`; `fixed`: send this body every time
+    (the direct baseline, where no retry detection reads it)."""
     samples: list[float] = []
     deadline = time.monotonic() + seconds
     sent = itertools.count()
@@ -327,7 +345,7 @@ async def _loaded(
             # byte-identical body while its twin still runs is a retry by design (it
             # attaches to that turn), and such requests open one at a time.
             content = f"Hi, this is caller {next(sent)}."
-            body = {
+            body = fixed or {
                 "model": model,
                 "stream": True,
                 "messages": [{"role": "user", "content": content}],
@@ -348,12 +366,20 @@ def bench_ttft(rig: Rig, n: int, workers: int, seconds: float) -> None:
     through: list[float] = []
     rig.reset()
     for _ in range(3):
-        _first_token(rig.http, rig.direct_url, rig.auth, "gpt-4o-mini")
-        _first_token(rig.http, rig.url, rig.auth, "courier")
+        _first_token(rig.http, rig.url, rig.auth, _hello("courier"))
+    # The baseline is the simulator answering the very request Courier sends it (the
+    # session's system prompt and tool schemas, about 7 KB): a bare "Hi." would charge the
+    # simulator's own work on the bigger body (about 1 ms) to Courier.
+    upstream = rig.upstream_body()
+    for _ in range(3):
+        _first_token(rig.http, rig.direct_url, rig.auth, upstream)
     for _ in range(n):  # interleaved, so drift hits both alike
-        direct.append(_first_token(rig.http, rig.direct_url, rig.auth, "gpt-4o-mini"))
-        through.append(_first_token(rig.http, rig.url, rig.auth, "courier"))
+        direct.append(_first_token(rig.http, rig.direct_url, rig.auth, upstream))
+        through.append(_first_token(rig.http, rig.url, rig.auth, _hello("courier")))
     d50, t50 = statistics.median(direct), statistics.median(through)
+    print(
+        f"  (direct: the {len(json.dumps(upstream)) / 1024:.1f} KB request Courier sends upstream)"
+    )
     print(
         f"  concurrency 1:   direct p50 {d50 * 1000:6.2f} ms   courier p50 {t50 * 1000:6.2f} ms"
         f"   added p50 {(t50 - d50) * 1000:6.2f} ms   (ratio {t50 / d50:.2f}x, n={n})"
@@ -361,7 +387,9 @@ def bench_ttft(rig: Rig, n: int, workers: int, seconds: float) -> None:
     # 40 words at 20 tokens/s: 2-second streams, as a voice client's replies are.
     rig.configure(tokens_per_second=20)
     try:
-        direct = asyncio.run(_loaded(rig.direct_url, "gpt-4o-mini", rig.auth, workers, seconds))
+        direct = asyncio.run(
+            _loaded(rig.direct_url, "gpt-4o-mini", rig.auth, workers, seconds, fixed=upstream)
+        )
         before = cpu_s(rig.server.pid)
         through = asyncio.run(_loaded(rig.url, "courier", rig.auth, workers, seconds))
         busy = (cpu_s(rig.server.pid) - before) / seconds
