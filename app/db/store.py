@@ -51,11 +51,13 @@ from app.db.turn_sql import (
     INSERT_SESSION,
     INSERT_TURN,
     RELEASE_LEASE,
+    RENEW_LEASE,
     ROLLUP,
     ROLLUP_READ,
     SESSION_COLUMNS,
     SESSION_DEFAULTS,
     SESSION_FLAGS,
+    TAKE_LEASE,
     TURN_DEFAULTS,
     session_row,
     session_update,
@@ -591,25 +593,14 @@ class Store:
     def acquire_lease(self, *, session_id: str, lease: str, ttl_s: float) -> bool:
         """Take the session's turn lease if it is free or expired."""
         now = time.time()
-        with self._tx() as db:
-            result = db.connection().execute(
-                text(
-                    "UPDATE session SET lease = :lease, lease_expires_at = :exp "
-                    "WHERE id = :sid AND (lease IS NULL OR lease_expires_at < :now)"
-                ),
-                {"lease": lease, "exp": now + ttl_s, "sid": session_id, "now": now},
-            )
-            return getattr(result, "rowcount", 0) == 1
+        with self._write() as conn:
+            params = {"lease": lease, "exp": now + ttl_s, "sid": session_id, "now": now}
+            return bool(TAKE_LEASE.run(conn, params).rowcount == 1)
 
     def renew_lease(self, *, session_id: str, lease: str, ttl_s: float) -> bool:
-        with self._tx() as db:
-            result = db.connection().execute(
-                text(
-                    "UPDATE session SET lease_expires_at = :exp WHERE id = :sid AND lease = :lease"
-                ),
-                {"exp": time.time() + ttl_s, "sid": session_id, "lease": lease},
-            )
-            return getattr(result, "rowcount", 0) == 1
+        with self._write() as conn:
+            params = {"exp": time.time() + ttl_s, "sid": session_id, "lease": lease}
+            return bool(RENEW_LEASE.run(conn, params).rowcount == 1)
 
     def release_lease(self, *, session_id: str, lease: str) -> None:
         self._unfence(session_id, lease)
