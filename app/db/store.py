@@ -42,6 +42,7 @@ from sqlmodel import Session, SQLModel, col, func, select
 from app.db.engine import make_engine
 from app.db.models import ApiCallRow, MessageRow, SessionRow, TurnRow
 from app.db.raw import Hot, insert_sql
+from app.long_passes import note as note_pass
 
 log = logging.getLogger(__name__)
 
@@ -518,6 +519,17 @@ class Store:
     def _forget_live(self, session_id: str) -> None:
         with self._live_lock:
             self._live.pop(session_id, None)
+        if getattr(self._unit, "conn", None) is not None:
+            # Again at commit: a log kept meanwhile (a seed, a read of the rows before
+            # this unit's change) would outlive the change.
+            self._after_commit(lambda: self._forget_live(session_id))
+
+    def _seed_live(self, session_id: str) -> None:
+        """A session created empty: its live log is what later appends add to it."""
+        with self._live_lock:
+            self._live[session_id] = []
+            while len(self._live) > LIVE_LOGS_KEPT:
+                self._live.popitem(last=False)
 
     def _defer(self, session_id: str, write: Deferred) -> bool:
         """Queue `write` for the next transaction if that is safe here; False = run now.
@@ -639,6 +651,11 @@ class Store:
             if messages:
                 rows = [_message_values(m, session_id=session_id, turn_id=None) for m in messages]
                 _HOT_MESSAGE.run_many(conn, rows)
+            else:
+                # Kept from its creation, appends extend it, and the first call reads and
+                # decodes no row: read on the loop, a 10,000-message request's log held
+                # every other stream silent for a tenth of a second.
+                self._after_commit(lambda: self._seed_live(session_id))
         return _session_row(values)
 
     def set_tool_snapshot(self, *, session_id: str, lease: str, snapshot: str, reason: str) -> None:
@@ -883,12 +900,32 @@ class Store:
                 raise AssertionError(f"kept live log of {session_id} drifted: {kept} != {fresh}")
             return kept
         rows = self._load_active(session_id)
+        note_pass("load", len(rows))
         if getattr(self._unit, "conn", None) is None:
             with self._live_lock:
                 self._live[session_id] = list(rows)
                 while len(self._live) > LIVE_LOGS_KEPT:
                     self._live.popitem(last=False)
         return rows
+
+    def keeps_live(self, session_id: str) -> bool:
+        """The session's live log is in memory: `active_messages` will not read it."""
+        with self._live_lock:
+            return session_id in self._live
+
+    def load_live(self, *, session_id: str) -> None:
+        """Read the live log into memory, for a worker thread (app/agent/first_call.py).
+
+        `active_messages` without its flush: the deferred queue is the loop's, so the
+        caller flushes there first. Only the lease holder appends to a session, and it is
+        waiting for this, so no commit of the session lands between the read and the keep.
+        """
+        rows = self._load_active(session_id)
+        note_pass("load", len(rows))
+        with self._live_lock:
+            self._live[session_id] = rows
+            while len(self._live) > LIVE_LOGS_KEPT:
+                self._live.popitem(last=False)
 
     def _load_active(self, session_id: str) -> list[StoredMessage]:
         with self._reader() as conn:
