@@ -14,6 +14,8 @@ from typing import Any, cast
 import anthropic
 import httpx2  # the transport the anthropic SDK is built on; its read errors escape the SDK
 
+from app.long_passes import note as note_pass
+from app.long_passes import off_loop
 from app.providers.base import (
     AssistantMessage,
     ErrorKind,
@@ -360,8 +362,13 @@ class AnthropicProvider:
             default_headers=headers,
         )
 
+    def _body(self, request: ModelRequest) -> dict[str, Any]:
+        note_pass("encode", len(request.messages))
+        return build_messages_body(request, default_max_tokens=self._default_max_tokens)
+
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
-        body = build_messages_body(request, default_max_tokens=self._default_max_tokens)
+        # Built on every call (nothing is kept): for a long conversation, on a worker.
+        body = await off_loop(len(request.messages), lambda: self._body(request))
         extra = {key: value for key, value in body.items() if key not in _TYPED_PARAMS}
         try:
             events = await self._client.messages.create(
