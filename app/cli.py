@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import secrets
 import sys
@@ -51,12 +50,6 @@ def _serve(_args: argparse.Namespace) -> int:
     from app.drain import DrainingServer
 
     app = create_app(settings)
-    # The libraries leave ~230,000 objects that live as long as the process, and every
-    # full collection walked them all: 100-250 ms with every stream silent, a few times
-    # per 10,000-message request (whichever thread allocates, the collection holds the
-    # interpreter lock). Frozen, collections skip them.
-    gc.collect()
-    gc.freeze()
     config = uvicorn.Config(
         app,
         http=guarded_httptools_protocol(limits),
