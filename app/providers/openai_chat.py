@@ -286,13 +286,16 @@ class _Fragments:
     def unencoded(
         self, messages: tuple[Message, ...], conversation: str | None, cache_markers: bool, ttl: str
     ) -> int:
-        """Roughly how many of `messages` the next call must encode: those past the
-        previous call's (the few a cache marker moved are not worth finding here)."""
-        if not messages:
-            return 0
+        """How many of `messages` the next `encoded` must encode: those not the same object
+        at the same position as in the previous call (all of them after a rebuild)."""
+        if not is_long(len(messages)):
+            return len(messages)  # short: worth no comparison, it stays where it is
         with self._lock:
             found = self._kept.get(self._key(messages, conversation, cache_markers, ttl))
-        return len(messages) - (len(found[0]) if found is not None else 0)
+        if found is None:
+            return len(messages)
+        old = found[0]
+        return max(len(messages) - len(old), 0) + sum(map(operator.is_not, old, messages))
 
     def encoded(
         self, messages: tuple[Message, ...], conversation: str | None, cache_markers: bool, ttl: str
@@ -314,6 +317,7 @@ class _Fragments:
                 size = sum(map(len, parts))
             # C loops over the whole list, Python only at the few positions that changed.
             same = list(map(operator.is_, old, messages))
+            note_pass("encode", same.count(False) + max(len(messages) - len(old), 0))
             at = 0
             with suppress(ValueError):
                 while True:
@@ -325,7 +329,6 @@ class _Fragments:
             added = [encode(message) for message in messages[len(old) :]]
             parts += added
             size += sum(map(len, added))
-            note_pass("encode", len(added))
         else:
             note_pass("encode", len(messages))
             parts = [encode(message) for message in messages]
