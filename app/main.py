@@ -170,7 +170,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         providers=providers,
         metrics=metrics,
         approvals=approvals,
-        durable=DurableKeys(IdempotencyStore(store.engine)),
+        durable=DurableKeys(IdempotencyStore(store)),
     )
     app.state.courier = AppState(
         settings=settings,

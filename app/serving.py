@@ -75,6 +75,8 @@ class ChatServing:
         self.spend = SpendCaps(settings, store)
         self.twins = Twins(turns, durable)
         self._opening: WeakValueDictionary[str, asyncio.Lock] = WeakValueDictionary()
+        self._first_tries: dict[str, set[asyncio.Future[None]]] = {}
+        """First tries still opening, per twin key: a retry of one waits for them."""
         self.sessions = SessionLifecycle(
             store=store,
             turns=turns,
@@ -102,18 +104,44 @@ class ChatServing:
         retry: Retry,
     ) -> StartedTurn:
         """Refuse what cannot run before writing anything, then start (or reattach) the turn."""
-        # A retry arriving while its twin is still opening must find it: requests that
-        # could be twins (same key, or same body) open one at a time; others never wait.
         twin = f"key:{retry.key}" if retry.key is not None else f"body:{retry.digest}"
-        lock = self._opening.setdefault(f"{principal.owner}:{twin}", asyncio.Lock())
         try:
-            async with lock:
-                return await self._start(request, principal, session_id, retry)
+            return await self._start_once(
+                f"{principal.owner}:{twin}", retry, request, principal, session_id
+            )
         except Refused as refused:
             raise api_error(refused) from None
         except PersistenceError:
             log.exception("could not open a turn: the store refused the write")
             raise storage_unavailable() from None
+
+    async def _start_once(
+        self,
+        twin: str,
+        retry: Retry,
+        request: ChatCompletionRequest,
+        principal: Principal,
+        session_id: str | None,
+    ) -> StartedTurn:
+        """A retry arriving while its twin is still opening must find it: requests that
+        could be twins (same key, or same body) open one at a time; others never wait. A
+        first try is nobody's twin, so first tries of one body open side by side (a
+        hundred voice calls greeting alike); a retry still waits for them."""
+        if retry.first_try and retry.key is None:
+            opened = asyncio.get_running_loop().create_future()
+            self._first_tries.setdefault(twin, set()).add(opened)
+            try:
+                return await self._start(request, principal, session_id, retry)
+            finally:
+                opened.set_result(None)
+                pending = self._first_tries[twin]
+                pending.discard(opened)
+                if not pending:
+                    del self._first_tries[twin]
+        async with self._opening.setdefault(twin, asyncio.Lock()):
+            if opening := self._first_tries.get(twin):
+                await asyncio.wait(set(opening))
+            return await self._start(request, principal, session_id, retry)
 
     async def _start(
         self,
@@ -147,19 +175,25 @@ class ChatServing:
             handle = self.turns.start_task(
                 relay.ledger_session, lambda h: run_relay(relay, h), profile=profile.name
             )
+            self.twins.record_start(handle, principal.owner, retry, session_id=handle.session_id)
         else:
-            handle = await self._open(req)
+            handle = await self._open(req, retry)
         self.twins.remember(handle, principal.owner, retry)
         return StartedTurn(handle, handle.session_id, profile, ignored)
 
-    async def _open(self, req: TurnRequest) -> TurnHandle:
-        """Open the turn on the store's writer thread (its first transaction), then run it."""
+    async def _open(self, req: TurnRequest, retry: Retry) -> TurnHandle:
+        """Open the turn on the store's writer thread (its first transaction, with a keyed
+        turn's durable record), then run it."""
         handle = self.turns.new_handle()
-        opening = asyncio.ensure_future(
-            self.store.off_loop(
-                lambda: self.sessions.open(req, turn_id=handle.turn_id, emit=handle.publish)
-            )
-        )
+
+        def open_turn() -> OpenedTurn:
+            with self.store.unit():
+                opened = self.sessions.open(req, turn_id=handle.turn_id, emit=handle.publish)
+                session_id = opened.context.session_id
+                self.twins.record_start(handle, req.owner, retry, session_id=session_id)
+                return opened
+
+        opening = asyncio.ensure_future(self.store.off_loop(open_turn))
         try:
             opened = await asyncio.shield(opening)
         except asyncio.CancelledError:

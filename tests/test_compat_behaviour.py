@@ -180,6 +180,23 @@ def test_an_sdk_retry_reattaches_to_the_running_turn(oai: Server, sim: Simulator
     assert sim.stats()["model_requests"] == 1, "the retry must not run the turn again"
 
 
+def test_two_first_tries_of_one_body_are_two_calls(oai: Server, sim: Simulator) -> None:
+    """Two voice calls under one key greet with the same `[system]` body (pipecat does),
+    each a first try by the SDK's retry counter: each gets its own turn and session, never
+    the other caller's answer."""
+    _slow_answer(sim, "caller one")
+    body = {"messages": [{"role": "system", "content": "You are a phone assistant. Greet."}]}
+    thread, first = _in_background(oai, body, **{"x-stainless-retry-count": "0"})
+    _wait_for(lambda: sim.stats()["model_requests"] == 1, "the first call upstream")
+    second = post(oai, body, **{"x-stainless-retry-count": "0"})
+    thread.join(60)
+    assert first["r"].status_code == second.status_code == 200, second.text
+    assert second.json()["choices"][0]["message"]["content"] == "2nd"
+    assert first["r"].json()["choices"][0]["message"]["content"] == "caller one"
+    assert first["r"].headers["x-session-id"] != second.headers["x-session-id"]
+    assert sim.stats()["model_requests"] == 2
+
+
 def test_a_byte_identical_twin_while_running_reattaches(oai: Server, sim: Simulator) -> None:
     # No retry header (clients such as the Vercel AI SDK send none): the body alone tells.
     _slow_answer(sim, "only once")

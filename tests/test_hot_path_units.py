@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from sse_starlette import ServerSentEvent as ReferenceEvent
 
 from app.agent.turns import TurnHandle
 from app.protocol.render import ChunkChoice, CompletionRenderer, Delta
+from app.providers.openai_chat import OpenAIChatProvider
 from app.routes.event_stream import ServerSentEvent
 from app.tools.registry import Tool, ToolRegistry
 
@@ -58,3 +62,47 @@ def test_a_restricted_registry_resolves_only_its_names() -> None:
     assert view.names() == ["a", "c"]
     assert view.get("b") is None and registry.get("b") is not None
     assert view.availability is registry.availability
+
+
+@pytest.mark.parametrize("api_key", ["sk-test", None])
+def test_the_request_template_matches_build_request(api_key: str | None) -> None:
+    provider = OpenAIChatProvider(
+        "http://127.0.0.1:9/v1", api_key, extra_headers={"X-Extra": "yes"}, timeout=42
+    )
+    client = provider._client
+    for body in (b'{"model":"m"}', b"x" * 70_000, "é".encode()):
+        fast = provider.request_for(body)
+        slow = client.build_request("POST", provider._url, content=body, headers=provider._headers)
+        assert (fast.method, fast.url) == (slow.method, slow.url)
+        assert fast.headers.raw == slow.headers.raw
+        assert fast.extensions == slow.extensions
+        assert fast.read() == slow.read() == body
+
+
+def test_a_client_holding_cookies_builds_each_request_whole() -> None:
+    provider = OpenAIChatProvider("http://127.0.0.1:9/v1", "sk-test")
+    provider.request_for(b"{}")  # the template exists
+    provider._client.cookies.set("sticky", "node-2", domain="127.0.0.1")
+    assert provider.request_for(b"{}").headers["cookie"] == "sticky=node-2"
+
+
+def test_a_loader_style_session_row_is_whole_in_a_fresh_process() -> None:
+    """The first thing a process does with the ORM may be a session read: the row must
+    behave like a constructed one even before any mapper has been configured."""
+    script = (
+        "from app.db.models import SessionRow\n"
+        "from app.db.turn_sql import SESSION_DEFAULTS, session_row\n"
+        "values = {**SESSION_DEFAULTS, 'id': 's', 'owner': 'o', 'profile': 'p',\n"
+        "          'system_prompt': 'x', 'started_at': 1.0, 'updated_at': 2.0}\n"
+        "row = session_row(values)\n"
+        "row.input_tokens += 3\n"
+        "built = SessionRow(**values)\n"
+        "built.input_tokens += 3\n"
+        "assert row.model_dump() == built.model_dump(), (row, built)\n"
+        "print(row.id, row.input_tokens)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["s", "3"]

@@ -49,10 +49,14 @@ def _counts(server: Server) -> tuple[int, int]:
     return values["courier_db_commits_total"], values["courier_db_statements_total"]
 
 
-def _turn(server: Server, *, stream: bool, session: str | None = None) -> tuple[str, int, int]:
+def _turn(
+    server: Server, *, stream: bool, session: str | None = None, key: str | None = None
+) -> tuple[str, int, int]:
     """Run one turn to its end; (session id, commits, statements) it cost."""
     before = _counts(server)
     headers = server.headers(**({"X-Session-Id": session} if session else {}))
+    if key is not None:
+        headers["Idempotency-Key"] = key
     body: dict[str, Any] = {
         "model": "courier",
         "stream": stream,
@@ -107,4 +111,22 @@ def test_a_text_turn_commits_nothing_on_the_event_loop(
     _, more, _ = _turn(counted, stream=stream, session=sid)
     assert (commits, more) == (2, 2)
     assert _metrics(counted)["courier_db_loop_commits_total"] == before
+    sim.assert_script_done()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_keyed_turn_records_itself_in_the_same_two_commits(
+    counted: Server, sim: Simulator, stream: bool
+) -> None:
+    """Durable idempotency writes its record in the turn's opening and closing units: an
+    `Idempotency-Key` costs no commit of its own, and none on the event loop."""
+    sim.script([{"reply": {"text": "keyed answer"}}])
+    before = _metrics(counted)["courier_db_loop_commits_total"]
+    key = f"commit-count-{stream}"
+    _, commits, _ = _turn(counted, stream=stream, key=key)
+    assert commits == 2
+    assert _metrics(counted)["courier_db_loop_commits_total"] == before
+    # The record holds the finished turn: a replay answers it without running it again.
+    _, commits, _ = _turn(counted, stream=stream, key=key)
+    assert commits == 0
     sim.assert_script_done()

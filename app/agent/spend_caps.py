@@ -40,6 +40,7 @@ class SpendCaps:
         self.store = store
         # Hashing every configured key on every request was measurable on the hot path.
         self.key_caps = key_spend_caps(settings.keys)
+        self._priced_models: dict[tuple[str, str | None, PriceOverride | None], bool] = {}
 
     def guard(
         self,
@@ -72,12 +73,20 @@ class SpendCaps:
             return SpendGuard([])
         # Refuse up front when spend cannot be tracked: a cap on an unpriced model would
         # otherwise let a whole upstream call run before the first unknown cost shows up.
-        probe = price_usage(
-            Usage(input_tokens=1, output_tokens=1),
-            model=profile.model,
-            provider=profile.provider,
-            override=price_override(profile),
-        )
-        return SpendGuard(
-            caps, allow_unpriced=profile.allow_unpriced, priced=probe.status != "unknown"
-        )
+        return SpendGuard(caps, allow_unpriced=profile.allow_unpriced, priced=self._priced(profile))
+
+    def _priced(self, profile: Profile) -> bool:
+        """Whether the profile's model has a price; memoised (the table does not change
+        while we run, and the probe cost more than the rest of the guard)."""
+        override = price_override(profile)
+        key = (profile.model, profile.provider, override)
+        known = self._priced_models.get(key)
+        if known is None:
+            probe = price_usage(
+                Usage(input_tokens=1, output_tokens=1),
+                model=profile.model,
+                provider=profile.provider,
+                override=override,
+            )
+            known = self._priced_models[key] = probe.status != "unknown"
+        return known

@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 from collections.abc import Iterable
+from weakref import WeakKeyDictionary
 
 from app.db.store import Store
 from app.providers.base import ToolSpec
@@ -30,11 +31,29 @@ def serialise_specs(specs: Iterable[ToolSpec]) -> str:
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+_snapshots: WeakKeyDictionary[ToolRegistry, dict[tuple[str, ...], str]] = WeakKeyDictionary()
+
+
 def snapshot_tools(registry: ToolRegistry, toolsets: Iterable[str]) -> str:
-    return serialise_specs(registry.specs(toolsets))
+    """The schemas of the tools available now, serialised; memoised per set of names.
+
+    A registry never replaces a tool it holds (a second registration is refused) and tools
+    are frozen, so the same names give the same bytes: every new session asked, and
+    encoding the whole toolbox was a tenth of the writer thread's work per request.
+    Availability still decides per call, through the names."""
+    names = tuple(registry.names(toolsets))
+    known = _snapshots.setdefault(registry, {})
+    found = known.get(names)
+    if found is None:
+        tools = (registry.get(name) for name in names)
+        found = known[names] = serialise_specs(t.spec() for t in tools if t is not None)
+    return found
 
 
+@functools.lru_cache(maxsize=64)
 def specs_from_snapshot(snapshot: str) -> tuple[ToolSpec, ...]:
+    """The specs a snapshot holds; memoised, since every turn of a session rebuilds its
+    tool list from the same string. Callers read the specs, never change them."""
     return tuple(
         ToolSpec(name=t["name"], description=t["description"], parameters=t["parameters"])
         for t in json.loads(snapshot)

@@ -81,7 +81,10 @@ class TurnHandle:
         self.on_disconnect: Literal["cancel", "continue"] = "cancel"
         """`continue`: the turn outlives its client, events buffered for a reattach."""
         self.on_close: list[Callable[[TurnHandle], None]] = []
-        """Run once the turn's last event is published (durable idempotency records it)."""
+        """Run once the turn's last event is published."""
+        self.on_close_unit: list[Callable[[TurnHandle, TurnFinished | None], None]] = []
+        """Run inside the turn's closing transaction with how it ended (durable idempotency
+        records the turn there); for a turn without one (a relay), as it closes."""
         self.mailbox = Mailbox()
         """Steering messages for the running turn; the turn's context shares it."""
 
@@ -280,6 +283,7 @@ class TurnManager:
     def _close(self, handle: TurnHandle, finished: TurnFinished | None) -> None:
         handle.finished_at = time.monotonic()
         handle.outcome = finished
+        _run_unit_hooks(handle, finished)  # none left after a closing unit ran them
         if finished is not None:
             handle.publish(finished)
         for hook in handle.on_close:
@@ -344,6 +348,9 @@ class TurnManager:
             failed = finished or TurnFinished("cancelled", "stop", Usage(), Cost.zero(), 0)
             finished = replace(failed, exit_reason="persistence_failed", error=NOT_STORED)
         outcome = finished
+        # The records the closing unit would have written went down with it: a keyed
+        # turn stays "started", so its replay says it did not finish, never success.
+        handle.on_close_unit.clear()
 
         def close() -> None:
             self.store.close_turn(
@@ -398,6 +405,7 @@ class TurnManager:
                 iterations=finished.iterations if finished else 0,
                 error=finished.error.code if finished and finished.error else None,
             )
+            _run_unit_hooks(handle, finished)
         return finished
 
     async def shutdown(self, drain_s: float = 0.0) -> None:
@@ -413,3 +421,13 @@ class TurnManager:
         for handle in handles:
             if handle.task is not None:
                 await asyncio.gather(handle.task, return_exceptions=True)
+
+
+def _run_unit_hooks(handle: TurnHandle, finished: TurnFinished | None) -> None:
+    """Each hook runs once: taken off the handle before it runs."""
+    hooks, handle.on_close_unit = handle.on_close_unit, []
+    for hook in hooks:
+        try:
+            hook(handle, finished)
+        except Exception:
+            log.exception("turn %s: a closing record failed", handle.turn_id)

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from app.agent.event_codec import decode, encode
+from app.agent.events import TurnFinished
 from app.agent.refusals import IdempotencyKeyReused, TurnCancelled
 from app.agent.turns import TurnHandle, TurnManager
 from app.db.idempotency_store import IdempotencyStore
@@ -32,31 +33,38 @@ class Retry:
     digest: str
     key: str | None = None
     marked: bool = False
+    """The SDK's retry counter says this repeats an attempt (`x-stainless-retry-count` >= 1)."""
+    first_try: bool = False
+    """The counter says this is an attempt's first try (0): it repeats nothing. Two pipecat
+    calls under one key open with the same `[system]` body; without this, the second
+    would attach to the first caller's turn."""
 
 
 class DurableKeys:
     def __init__(self, store: IdempotencyStore) -> None:
         self.store = store
 
-    def started(self, handle: TurnHandle, *, owner: str, key: str, digest: str) -> None:
+    def started(
+        self, handle: TurnHandle, *, owner: str, key: str, digest: str, session_id: str
+    ) -> None:
+        """Record the keyed turn, in the store's current unit (the turn's opening one), and
+        its end in the closing one: no commit of its own, none on the event loop."""
         self.store.started(
-            owner=owner,
-            key=key,
-            digest=digest,
-            turn_id=handle.turn_id,
-            session_id=handle.session_id,
+            owner=owner, key=key, digest=digest, turn_id=handle.turn_id, session_id=session_id
         )
 
-        def record(closed: TurnHandle) -> None:
+        def record(closed: TurnHandle, finished: TurnFinished | None) -> None:
+            # Inside the closing unit the final event is not published yet: it is the last.
+            events = [*closed.history(), *((finished,) if finished is not None else ())]
             self.store.finished(
                 owner=owner,
                 key=key,
                 completion_id=closed.completion_id,
                 created=closed.created,
-                events=[encode(e) for e in closed.history()],
+                events=[encode(e) for e in events],
             )
 
-        handle.on_close.append(record)
+        handle.on_close_unit.append(record)
 
     def replay(self, *, owner: str, key: str, digest: str) -> TurnHandle | None:
         """A finished handle rebuilt from the record, or None if the key is unknown."""
@@ -110,11 +118,21 @@ class Twins:
             if replayed is not None:
                 self.turns.remember(replayed, owner, retry.key, retry.digest)
                 return replayed
+        if retry.first_try:
+            return None
         return self.turns.find_twin(owner, retry.digest, marked_retry=retry.marked)
 
+    def record_start(
+        self, handle: TurnHandle, owner: str, retry: Retry, *, session_id: str
+    ) -> None:
+        """The durable record of a keyed turn; call it inside the unit that opens the turn."""
+        if retry.key is not None and self.durable is not None:
+            self.durable.started(
+                handle, owner=owner, key=retry.key, digest=retry.digest, session_id=session_id
+            )
+
     def remember(self, handle: TurnHandle, owner: str, retry: Retry) -> None:
+        """The in-memory twins (the durable record is `record_start`'s)."""
         if retry.key is not None:
             self.turns.remember(handle, owner, retry.key, retry.digest)
-            if self.durable is not None:
-                self.durable.started(handle, owner=owner, key=retry.key, digest=retry.digest)
         self.turns.remember_twin(handle, owner, retry.digest)

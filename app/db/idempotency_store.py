@@ -11,7 +11,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import text
+
+from app.db.store import Store
 
 RETENTION_S = 24 * 3600.0
 
@@ -41,13 +43,17 @@ class IdempotencyRecord:
 
 
 class IdempotencyStore:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        with engine.begin() as conn:
+    """Writes join the store's current unit: a keyed turn's records land in its opening and
+    closing transactions instead of two more commits of their own on the event loop."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.engine = store.engine
+        with self.engine.begin() as conn:
             conn.execute(text(_DDL))
 
     def started(self, *, owner: str, key: str, digest: str, turn_id: str, session_id: str) -> None:
-        with self.engine.begin() as conn:
+        with self.store.begin() as conn:
             conn.execute(
                 text("DELETE FROM idempotency_record WHERE created_at < :old"),
                 {"old": time.time() - RETENTION_S},
@@ -76,7 +82,7 @@ class IdempotencyStore:
         created: int,
         events: list[dict[str, Any]],
     ) -> None:
-        with self.engine.begin() as conn:
+        with self.store.begin() as conn:
             conn.execute(
                 text(
                     "UPDATE idempotency_record SET completion_id = :c, created = :cr, "

@@ -33,140 +33,37 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic_core import PydanticUndefined
-from sqlalchemy import Connection, Engine, bindparam, text
-from sqlalchemy import select as core_select
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import Session, SQLModel, col, func, select
+from sqlmodel import Session, col, func, select
 
 from app.db.engine import make_engine
 from app.db.models import ApiCallRow, MessageRow, SessionRow, TurnRow
-from app.db.raw import Hot, insert_sql
+from app.db.turn_sql import (
+    ACTIVE_ROWS,
+    FENCE,
+    FINISH_TURN,
+    GET_SESSION,
+    INSERT_API_CALL,
+    INSERT_MESSAGE,
+    INSERT_SESSION,
+    INSERT_TURN,
+    RELEASE_LEASE,
+    ROLLUP,
+    ROLLUP_READ,
+    SESSION_COLUMNS,
+    SESSION_DEFAULTS,
+    SESSION_FLAGS,
+    TURN_DEFAULTS,
+    session_row,
+    session_update,
+)
 from app.long_passes import note as note_pass
 
 log = logging.getLogger(__name__)
 
 LIVE_LOGS_KEPT = 512
 """Sessions whose live log stays in memory between turns (least recently used go)."""
-
-# The hot paths speak SQLAlchemy Core on the SQLModel tables: compiled once and cached,
-# no unit of work, no identity map. Loading a row through the ORM cost 3-6x more.
-_SESSION = SQLModel.metadata.tables["session"]
-_MESSAGE = SQLModel.metadata.tables["message"]
-_API_CALL = SQLModel.metadata.tables["api_call"]
-_TURN = SQLModel.metadata.tables["turn"]
-_ACTIVE = (
-    core_select(
-        _MESSAGE.c.id,
-        _MESSAGE.c.role,
-        _MESSAGE.c.content,
-        _MESSAGE.c.api_content,
-        _MESSAGE.c.tool_calls,
-        _MESSAGE.c.tool_call_id,
-        _MESSAGE.c.tool_name,
-        _MESSAGE.c.is_error,
-        _MESSAGE.c.turn_id,
-        _MESSAGE.c.kind,
-        _MESSAGE.c.images,
-    )
-    .where(_MESSAGE.c.session_id == bindparam("sid"), _MESSAGE.c.active.is_(True))
-    .order_by(_MESSAGE.c.id)
-)
-_SESSION_COLUMNS = tuple(c.name for c in _SESSION.columns)
-_SESSION_FLAGS = tuple(c.name for c in _SESSION.columns if c.type.python_type is bool)
-"""SQLite hands booleans back as 0/1; the DBAPI read converts them as Core would."""
-
-# The turn path's statements on the DBAPI cursor (app/db/raw.py): the two units of a turn
-# run these and little else.
-_MESSAGE_COLUMNS = (
-    "session_id",
-    "turn_id",
-    "role",
-    "content",
-    "api_content",
-    "tool_calls",
-    "tool_call_id",
-    "tool_name",
-    "is_error",
-    "reasoning",
-    "kind",
-    "images",
-    "active",
-    "compacted",
-    "created_at",
-)
-_HOT_MESSAGE = insert_sql("message", _MESSAGE_COLUMNS)
-_HOT_SESSION = insert_sql("session", _SESSION_COLUMNS)
-_HOT_TURN = insert_sql("turn", [c.name for c in _TURN.columns if c.name != "id"] + ["id"])
-_HOT_API_CALL = insert_sql("api_call", [c.name for c in _API_CALL.columns if c.name != "id"])
-_HOT_FENCE = Hot("UPDATE session SET updated_at = :now WHERE id = :sid AND lease = :lease")
-_HOT_RELEASE = Hot(
-    "UPDATE session SET lease = NULL, lease_expires_at = NULL WHERE id = :sid AND lease = :lease"
-)
-_HOT_FINISH = Hot(
-    "UPDATE turn SET finished_at = :now, exit_reason = :reason, iterations = :iterations, "
-    "error = :error WHERE id = :tid"
-)
-_HOT_GET_SESSION = Hot(
-    "SELECT " + ", ".join(f'"{c}"' for c in _SESSION_COLUMNS) + " FROM session WHERE id = :sid"
-)
-_HOT_ROLLUP_READ = Hot("SELECT cost_usd, pending_cache_break FROM session WHERE id = :sid")
-_HOT_ROLLUP = Hot(
-    "UPDATE session SET input_tokens = input_tokens + :input, "
-    "output_tokens = output_tokens + :output, "
-    "cache_read_tokens = cache_read_tokens + :cache_read, "
-    "cache_write_tokens = cache_write_tokens + :cache_write, "
-    "reasoning_tokens = reasoning_tokens + :reasoning, "
-    "upstream_calls = upstream_calls + 1, "
-    "cost_unknown_calls = cost_unknown_calls + :unknown, "
-    "cost_usd = :cost, "
-    "pending_cache_break = CASE WHEN :clear_break THEN NULL ELSE pending_cache_break END "
-    "WHERE id = :sid"
-)
-_hot_updates: dict[tuple[str, ...], Hot] = {}
-
-
-def _defaults(model: type[SQLModel]) -> dict[str, Any]:
-    """The model's plain field defaults (not its factories), for inserts naming every column."""
-    return {
-        name: field.default
-        for name, field in model.model_fields.items()
-        if field.default_factory is None and field.default is not PydanticUndefined
-    }
-
-
-_SESSION_DEFAULTS = _defaults(SessionRow)
-"""A new session row's column defaults, for the insert that names every column."""
-_TURN_DEFAULTS = _defaults(TurnRow)
-
-
-_SESSION_ROWS = SessionRow._sa_class_manager  # type: ignore[attr-defined]
-
-
-def _session_row(values: dict[str, Any]) -> SessionRow:
-    """A SessionRow from a full set of stored values, as the ORM's loader makes one.
-
-    `SessionRow(**values)` runs SQLModel's constructor (each field set through an
-    instrumented attribute event): about 200 µs; a session is read two or three times per
-    upstream call, on the event loop. This is about 10 µs, and the object behaves the same
-    (attribute events, `model_dump`, equality)."""
-    row: SessionRow = _SESSION_ROWS.new_instance()
-    row.__dict__.update(values)
-    object.__setattr__(row, "__pydantic_fields_set__", set(values))
-    object.__setattr__(row, "__pydantic_extra__", None)
-    object.__setattr__(row, "__pydantic_private__", None)
-    return row
-
-
-def _hot_update(columns: tuple[str, ...]) -> Hot:
-    """`UPDATE session SET <columns>`: one statement per column set, compiled once."""
-    found = _hot_updates.get(columns)
-    if found is None:
-        if unknown := set(columns) - set(_SESSION.c.keys()):
-            raise ValueError(f"not session columns: {sorted(unknown)}")
-        sets = ", ".join(f'"{c}" = :v_{c}' for c in columns)
-        found = _hot_updates[columns] = Hot(f"UPDATE session SET {sets} WHERE id = :sid")
-    return found
 
 
 class LeaseLost(Exception):
@@ -512,6 +409,12 @@ class Store:
             if rows is not None:
                 rows.extend(added)
 
+    def _start_live(self, session_id: str) -> None:
+        with self._live_lock:
+            self._live[session_id] = []
+            while len(self._live) > LIVE_LOGS_KEPT:
+                self._live.popitem(last=False)
+
     def forget_live(self, session_id: str) -> None:
         """Drop the kept live log: for other `app/db/` modules that change live rows."""
         self._forget_live(session_id)
@@ -520,16 +423,9 @@ class Store:
         with self._live_lock:
             self._live.pop(session_id, None)
         if getattr(self._unit, "conn", None) is not None:
-            # Again at commit: a log kept meanwhile (a seed, a read of the rows before
+            # Again at commit: a log kept meanwhile (a new session's, a read of the rows before
             # this unit's change) would outlive the change.
             self._after_commit(lambda: self._forget_live(session_id))
-
-    def _seed_live(self, session_id: str) -> None:
-        """A session created empty: its live log is what later appends add to it."""
-        with self._live_lock:
-            self._live[session_id] = []
-            while len(self._live) > LIVE_LOGS_KEPT:
-                self._live.popitem(last=False)
 
     def _defer(self, session_id: str, write: Deferred) -> bool:
         """Queue `write` for the next transaction if that is safe here; False = run now.
@@ -600,7 +496,7 @@ class Store:
         if fenced is not None and (session_id, lease) in fenced:
             return
         conn = db if isinstance(db, Connection) else db.connection()
-        result = _HOT_FENCE.run(conn, {"now": time.time(), "sid": session_id, "lease": lease})
+        result = FENCE.run(conn, {"now": time.time(), "sid": session_id, "lease": lease})
         if result.rowcount != 1:
             raise LeaseLost(f"turn lease for session {session_id} is not held")
         if fenced is not None:
@@ -632,7 +528,7 @@ class Store:
         one transaction: a crash can never leave a half-made session behind."""
         now = time.time()
         values = {
-            **_SESSION_DEFAULTS,
+            **SESSION_DEFAULTS,
             "id": session_id,
             "owner": owner,
             "profile": profile,
@@ -647,16 +543,15 @@ class Store:
         }
         self._forget_live(session_id)
         with self._write() as conn:
-            _HOT_SESSION.run(conn, values)
+            INSERT_SESSION.run(conn, values)
             if messages:
                 rows = [_message_values(m, session_id=session_id, turn_id=None) for m in messages]
-                _HOT_MESSAGE.run_many(conn, rows)
+                INSERT_MESSAGE.run_many(conn, rows)
             else:
-                # Kept from its creation, appends extend it, and the first call reads and
-                # decodes no row: read on the loop, a 10,000-message request's log held
-                # every other stream silent for a tenth of a second.
-                self._after_commit(lambda: self._seed_live(session_id))
-        return _session_row(values)
+                # Known to be empty: the appends that follow extend it as they commit, so
+                # the session's first upstream call does not read back what it just wrote.
+                self._after_commit(lambda: self._start_live(session_id))
+        return session_row(values)
 
     def set_tool_snapshot(self, *, session_id: str, lease: str, snapshot: str, reason: str) -> None:
         """Replace the tool snapshot and mark the next request as a deliberate cache break."""
@@ -672,13 +567,13 @@ class Store:
 
     def get_session(self, *, session_id: str) -> SessionRow | None:
         with self._reader() as conn:
-            found = _HOT_GET_SESSION.run(conn, {"sid": session_id}).fetchone()
+            found = GET_SESSION.run(conn, {"sid": session_id}).fetchone()
         if found is None:
             return None
-        values = dict(zip(_SESSION_COLUMNS, found, strict=True))
-        for flag in _SESSION_FLAGS:
+        values = dict(zip(SESSION_COLUMNS, found, strict=True))
+        for flag in SESSION_FLAGS:
             values[flag] = bool(values[flag])
-        row = _session_row(values)
+        row = session_row(values)
         # Deferred writes not yet committed: the caller sees the row they will make.
         for apply in self._pending_rollups.get(session_id, ()):
             apply(row)
@@ -710,7 +605,7 @@ class Store:
     def release_lease(self, *, session_id: str, lease: str) -> None:
         self._unfence(session_id, lease)
         with self._write() as conn:
-            _HOT_RELEASE.run(conn, {"sid": session_id, "lease": lease})
+            RELEASE_LEASE.run(conn, {"sid": session_id, "lease": lease})
 
     def clear_dead_leases(self, alive: Callable[[str], bool]) -> int:
         """At startup: free the leases whose holder process is gone (`alive(lease)` False)."""
@@ -761,7 +656,7 @@ class Store:
             self._fenced(conn, session_id=session_id, lease=lease)
             # One row at a time: `lastrowid` is each row's id on every driver, which a
             # multi-row insert (no RETURNING through executemany) cannot give.
-            ids = [int(_HOT_MESSAGE.run(conn, v).lastrowid) for v in values]
+            ids = [int(INSERT_MESSAGE.run(conn, v).lastrowid) for v in values]
             added = [_stored_values(i, v) for i, v in zip(ids, values, strict=True)]
             if added:
                 self._after_commit(lambda: self._keep_live(session_id, added))
@@ -864,7 +759,7 @@ class Store:
             for key, value in values.items():
                 setattr(session, key, value)
 
-        statement = _hot_update(tuple(sorted(values)))
+        statement = session_update(tuple(sorted(values)))
         params = {f"v_{k}": v for k, v in values.items()} | {"sid": session_id}
 
         def write(conn: Connection) -> None:
@@ -929,7 +824,7 @@ class Store:
 
     def _load_active(self, session_id: str) -> list[StoredMessage]:
         with self._reader() as conn:
-            rows = conn.execute(_ACTIVE, {"sid": session_id}).all()
+            rows = ACTIVE_ROWS.run(conn, {"sid": session_id}).fetchall()
         return [
             StoredMessage(
                 id=r[0],
@@ -980,10 +875,10 @@ class Store:
     def start_turn(self, *, session_id: str, lease: str, turn_id: str) -> None:
         with self._write() as conn:
             self._fenced(conn, session_id=session_id, lease=lease)
-            _HOT_TURN.run(
+            INSERT_TURN.run(
                 conn,
                 {
-                    **_TURN_DEFAULTS,
+                    **TURN_DEFAULTS,
                     "id": turn_id,
                     "session_id": session_id,
                     "started_at": time.time(),
@@ -1001,7 +896,7 @@ class Store:
     def _finish(
         conn: Connection, turn_id: str, exit_reason: str, iterations: int, error: str | None
     ) -> None:
-        _HOT_FINISH.run(
+        FINISH_TURN.run(
             conn,
             {
                 "now": time.time(),
@@ -1031,7 +926,7 @@ class Store:
         self._unfence(session_id, lease)
         with self._write() as conn:
             self._finish(conn, turn_id, exit_reason, iterations, error)
-            _HOT_RELEASE.run(conn, {"sid": session_id, "lease": lease})
+            RELEASE_LEASE.run(conn, {"sid": session_id, "lease": lease})
 
     def take_lost(self, *, session_id: str, lease: str) -> bool:
         """Whether a deferred fenced write of this lease was refused (its lease had gone);
@@ -1090,8 +985,8 @@ class Store:
                 session.cost_usd = str(Decimal(session.cost_usd) + call.cost_usd)
 
         def write(conn: Connection) -> None:
-            _HOT_API_CALL.run(conn, row)
-            found = _HOT_ROLLUP_READ.run(conn, {"sid": session_id}).fetchone()
+            INSERT_API_CALL.run(conn, row)
+            found = ROLLUP_READ.run(conn, {"sid": session_id}).fetchone()
             if found is None:
                 return
             cost, pending = found
@@ -1099,7 +994,7 @@ class Store:
             if call.cost_usd is not None:
                 cost = str(Decimal(cost) + call.cost_usd)
             unknown = call.cost_usd is None and call.cost_status == "unknown"
-            _HOT_ROLLUP.run(
+            ROLLUP.run(
                 conn,
                 {
                     "input": call.input_tokens,

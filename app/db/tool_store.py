@@ -19,7 +19,6 @@ from sqlmodel import Session, col, select
 from app.db.models import MessageRow, SessionRow
 from app.db.raw import Hot
 from app.db.store import Store
-from app.db.tool_models import MemoryRow, TodoListRow
 
 
 class ToolStateError(Exception):
@@ -209,7 +208,22 @@ def search_sessions(
 # --------------------------------------------------------------------------- memory
 
 
+# A tool call's own reads and writes, on the DBAPI cursor like the turn's (app/db/raw.py).
 _NOTES = Hot("SELECT notes FROM memory WHERE owner = :owner")
+_OPEN_NOTES = Hot(
+    "INSERT INTO memory (owner, notes, updated_at) VALUES (:owner, '[]', :now)"
+    " ON CONFLICT (owner) DO NOTHING"
+)
+_SET_NOTES = Hot("UPDATE memory SET notes = :notes, updated_at = :now WHERE owner = :owner")
+_TODO = Hot("SELECT items, next_id FROM todo_list WHERE session_id = :sid")
+_OPEN_TODO = Hot(
+    "INSERT INTO todo_list (session_id, items, next_id, updated_at)"
+    " VALUES (:sid, '[]', 1, :now) ON CONFLICT (session_id) DO NOTHING"
+)
+_SET_TODO = Hot(
+    "UPDATE todo_list SET items = :items, next_id = :next, updated_at = :now"
+    " WHERE session_id = :sid"
+)
 
 
 def memory_notes(store: Store, *, owner: str) -> list[str]:
@@ -233,26 +247,13 @@ def update_memory(
     first), so a cap it checks cannot be overtaken by a concurrent write; whatever it
     raises rolls the transaction back and propagates unchanged.
     """
-    with Session(store.engine, expire_on_commit=False) as db:
-        try:
-            db.connection().execute(
-                text(
-                    "INSERT INTO memory (owner, notes, updated_at) VALUES (:owner, '[]', :now)"
-                    " ON CONFLICT (owner) DO NOTHING"
-                ),
-                {"owner": owner, "now": time.time()},
-            )
-            row = db.get(MemoryRow, owner)
-            assert row is not None
-            notes = change(_decode_notes(row.notes))
-            row.notes = json.dumps(notes, ensure_ascii=False)
-            row.updated_at = time.time()
-            db.add(row)
-            db.commit()
-        except Exception:
-            db.rollback()
-            raise
-        return list(notes)
+    with store.begin() as conn:
+        _OPEN_NOTES.run(conn, {"owner": owner, "now": time.time()})
+        [raw] = _NOTES.run(conn, {"owner": owner}).fetchone()
+        notes = change(_decode_notes(raw))
+        encoded = json.dumps(notes, ensure_ascii=False)
+        _SET_NOTES.run(conn, {"owner": owner, "notes": encoded, "now": time.time()})
+    return list(notes)
 
 
 # --------------------------------------------------------------------------- todo
@@ -271,18 +272,18 @@ class TodoState:
     next_id: int
 
 
-def _decode_todo(row: TodoListRow) -> TodoState:
-    items = tuple(
+def _decode_todo(items: str, next_id: int) -> TodoState:
+    decoded = tuple(
         TodoItem(id=int(i["id"]), text=str(i["text"]), status=str(i["status"]))
-        for i in json.loads(row.items)
+        for i in json.loads(items)
     )
-    return TodoState(items=items, next_id=row.next_id)
+    return TodoState(items=decoded, next_id=int(next_id))
 
 
 def todo_state(store: Store, *, session_id: str) -> TodoState:
-    with Session(store.engine) as db:
-        row = db.get(TodoListRow, session_id)
-        return _decode_todo(row) if row is not None else TodoState(items=(), next_id=1)
+    with store.reader() as conn:
+        row = _TODO.run(conn, {"sid": session_id}).fetchone()
+    return _decode_todo(*row) if row is not None else TodoState(items=(), next_id=1)
 
 
 def update_todo(
@@ -292,30 +293,18 @@ def update_todo(
 
     Same locking as `update_memory`: the upsert takes the write lock before the read.
     """
-    with Session(store.engine, expire_on_commit=False) as db:
+    with store.begin() as conn:
         try:
-            try:
-                db.connection().execute(
-                    text(
-                        "INSERT INTO todo_list (session_id, items, next_id, updated_at)"
-                        " VALUES (:sid, '[]', 1, :now) ON CONFLICT (session_id) DO NOTHING"
-                    ),
-                    {"sid": session_id, "now": time.time()},
-                )
-            except IntegrityError as exc:
-                raise ToolStateError(f"no such session: {session_id}") from exc
-            row = db.get(TodoListRow, session_id)
-            assert row is not None
-            state = change(_decode_todo(row))
-            row.items = json.dumps(
-                [{"id": i.id, "text": i.text, "status": i.status} for i in state.items],
-                ensure_ascii=False,
-            )
-            row.next_id = state.next_id
-            row.updated_at = time.time()
-            db.add(row)
-            db.commit()
-        except Exception:
-            db.rollback()
-            raise
-        return state
+            _OPEN_TODO.run(conn, {"sid": session_id, "now": time.time()})
+        except IntegrityError as exc:
+            raise ToolStateError(f"no such session: {session_id}") from exc
+        [items, next_id] = _TODO.run(conn, {"sid": session_id}).fetchone()
+        state = change(_decode_todo(items, next_id))
+        encoded = json.dumps(
+            [{"id": i.id, "text": i.text, "status": i.status} for i in state.items],
+            ensure_ascii=False,
+        )
+        _SET_TODO.run(
+            conn, {"sid": session_id, "items": encoded, "next": state.next_id, "now": time.time()}
+        )
+    return state

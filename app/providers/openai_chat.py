@@ -671,10 +671,32 @@ class OpenAIChatProvider:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._owns_client = http_client is None
+        self._template: tuple[httpx.URL, list[tuple[bytes, bytes]], dict[str, Any]] | None = None
         # The read timeout bounds the silence between chunks, not the whole reply; connect
         # failures should surface fast so the retry layer can act.
         self._client = http_client or httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0))
+        )
+
+    def request_for(self, body: bytes) -> httpx.Request:
+        """The upstream request, from a template of what `build_request` makes.
+
+        `build_request` merges the client's URL, headers, cookies and timeout on every call
+        (about 120 µs); the template does that once and the request costs a quarter of it.
+        Cookies can change between calls (a gateway's sticky session), so a client holding
+        any takes the full build."""
+        if self._client.cookies:
+            return self._client.build_request(
+                "POST", self._url, content=body, headers=self._headers
+            )
+        if self._template is None:
+            made = self._client.build_request("POST", self._url, content=b"", headers=self._headers)
+            # The body's own length is set per request.
+            kept = [(k, v) for k, v in made.headers.raw if k.lower() != b"content-length"]
+            self._template = (made.url, kept, made.extensions)
+        url, headers, extensions = self._template
+        return httpx.Request(
+            "POST", url, content=body, headers=headers, extensions=dict(extensions)
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
@@ -687,9 +709,7 @@ class OpenAIChatProvider:
             body = await asyncio.to_thread(self._body, request)
         else:
             body = self._body(request)
-        http_request = self._client.build_request(
-            "POST", self._url, content=body, headers=self._headers
-        )
+        http_request = self.request_for(body)
         try:
             response = await self._client.send(http_request, stream=True)
         except httpx.HTTPError as exc:

@@ -46,9 +46,14 @@ def retry_of(request: Request, body: bytes) -> Retry:
     key = request.headers.get("idempotency-key")
     if key is not None and not 1 <= len(key) <= 255:
         raise ApiError(400, "Idempotency-Key must be 1-255 characters", param="Idempotency-Key")
-    count = request.headers.get("x-stainless-retry-count", "0")
-    marked = count.isdigit() and int(count) >= 1
-    return Retry(digest=hashlib.sha256(body).hexdigest(), key=key, marked=marked)
+    count = request.headers.get("x-stainless-retry-count")
+    tries = int(count) if count is not None and count.isdigit() else None
+    return Retry(
+        digest=hashlib.sha256(body).hexdigest(),
+        key=key,
+        marked=tries is not None and tries >= 1,
+        first_try=tries == 0,
+    )
 
 
 def session_header(request: Request) -> str | None:

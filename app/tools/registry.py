@@ -143,11 +143,16 @@ class AvailabilityCache:
         return ok or in_grace
 
 
+MAX_VIEWS = 64
+"""Restricted views kept per registry (one per distinct session allowlist)."""
+
+
 class ToolRegistry:
     def __init__(
         self, tools: Iterable[Tool] = (), *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._tools: dict[str, Tool] = {}
+        self._views: dict[frozenset[str], ToolRegistry] = {}
         self.availability = AvailabilityCache(clock=clock)
         for tool in tools:
             self.register(tool)
@@ -156,6 +161,7 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} registered twice")
         self._tools[tool.name] = tool
+        self._views.clear()
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -164,9 +170,16 @@ class ToolRegistry:
         """A view holding only `names`: a session's snapshot is what it may run, not only
         what it is shown. Resolving against the whole registry let a model that named a
         tool outside its toolsets run it anyway. Availability is shared with this one."""
-        allowed = set(names)
-        view = ToolRegistry(tool for name, tool in self._tools.items() if name in allowed)
-        view.availability = self.availability
+        allowed = frozenset(names)
+        view = self._views.get(allowed)
+        # Memoised per allowlist (every turn asks; sessions share a few snapshots), and
+        # dropped when a tool registers, which would change what the names resolve to.
+        if view is None:
+            view = ToolRegistry(tool for name, tool in self._tools.items() if name in allowed)
+            view.availability = self.availability
+            if len(self._views) >= MAX_VIEWS:
+                self._views.clear()
+            self._views[allowed] = view
         return view
 
     def names(self, toolsets: Iterable[str] | None = None) -> list[str]:
