@@ -60,6 +60,20 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def thread_cpu_s(pid: int, name: str) -> float:
+    """CPU seconds of the process's threads the OS knows by `name` (the store's writer)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() != name:
+                continue
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended between the listing and the read
+        total += (int(fields[11]) + int(fields[12])) / TICK
+    return total
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -113,6 +127,12 @@ class Rig:
     def reset(self) -> None:
         self.control.post("/_sim/reset", json={}).raise_for_status()
 
+    def upstream_body(self) -> dict[str, Any]:
+        """The last chat request the simulator received (Courier's upstream call)."""
+        recorded = self.control.get("/_sim/requests").json()
+        body = [r for r in recorded if r["path"].endswith("/chat/completions")][-1]["body"]
+        return dict(json.loads(body) if isinstance(body, str) else body)
+
     def connections(self) -> int:
         return int(self.control.get("/_sim/connections").json()["connections"])
 
@@ -153,8 +173,10 @@ def measured(rig: Rig, n: int, out: dict[str, float]) -> Iterator[None]:
     """CPU of server and simulator, commits and statements, per request over the block."""
     commits, statements = rig.db_counts()
     server, sim = cpu_s(rig.server.pid), cpu_s(rig.sim.pid)
+    writer = thread_cpu_s(rig.server.pid, "courier-store")
     yield
     out["server_ms"] = (cpu_s(rig.server.pid) - server) * 1000 / n
+    out["writer_ms"] = (thread_cpu_s(rig.server.pid, "courier-store") - writer) * 1000 / n
     out["sim_ms"] = (cpu_s(rig.sim.pid) - sim) * 1000 / n
     after_commits, after_statements = rig.db_counts()
     # The /metrics read itself runs no SQL, so the deltas are the turns' own.
@@ -165,8 +187,9 @@ def measured(rig: Rig, n: int, out: dict[str, float]) -> Iterator[None]:
 def _row(name: str, m: dict[str, float]) -> None:
     ratio = m["server_ms"] / m["sim_ms"] if m["sim_ms"] else float("nan")
     print(
-        f"  {name:<26} {m['server_ms']:7.2f} ms CPU  (simulator {m['sim_ms']:5.2f} ms, "
-        f"ratio {ratio:5.1f}x)  commits {m['commits']:5.1f}  statements {m['statements']:5.1f}"
+        f"  {name:<26} {m['server_ms']:7.2f} ms CPU (store thread {m['writer_ms']:5.2f})  "
+        f"(simulator {m['sim_ms']:5.2f} ms, ratio {ratio:5.1f}x)  "
+        f"commits {m['commits']:5.1f}  statements {m['statements']:5.1f}"
     )
 
 
@@ -239,8 +262,13 @@ def bench_growth(rig: Rig, turns: int, window: int = 10) -> None:
     )
 
 
-def _first_token(client: httpx.Client, url: str, auth: dict[str, str], model: str) -> float:
-    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "Hi."}]}
+def _hello(model: str) -> dict[str, Any]:
+    return {"model": model, "stream": True, "messages": [{"role": "user", "content": "Hi."}]}
+
+
+def _first_token(
+    client: httpx.Client, url: str, auth: dict[str, str], body: dict[str, Any]
+) -> float:
     started = time.perf_counter()
     ttft = None
     with client.stream("POST", url, json=body, headers=auth) as resp:
@@ -296,8 +324,15 @@ class _Caller:
 
 
 async def _loaded(
-    url: str, model: str, auth: dict[str, str], workers: int, seconds: float
+    url: str,
+    model: str,
+    auth: dict[str, str],
+    workers: int,
+    seconds: float,
+    fixed: dict[str, Any] | None = None,
 ) -> list[float]:
+    """TTFT samples of `workers` callers for `seconds`; `fixed`: send this body every time
+    (the direct baseline, where no retry detection reads it)."""
     samples: list[float] = []
     deadline = time.monotonic() + seconds
     sent = itertools.count()
@@ -310,7 +345,7 @@ async def _loaded(
             # byte-identical body while its twin still runs is a retry by design (it
             # attaches to that turn), and such requests open one at a time.
             content = f"Hi, this is caller {next(sent)}."
-            body = {
+            body = fixed or {
                 "model": model,
                 "stream": True,
                 "messages": [{"role": "user", "content": content}],
@@ -331,12 +366,20 @@ def bench_ttft(rig: Rig, n: int, workers: int, seconds: float) -> None:
     through: list[float] = []
     rig.reset()
     for _ in range(3):
-        _first_token(rig.http, rig.direct_url, rig.auth, "gpt-4o-mini")
-        _first_token(rig.http, rig.url, rig.auth, "courier")
+        _first_token(rig.http, rig.url, rig.auth, _hello("courier"))
+    # The baseline is the simulator answering the very request Courier sends it (the
+    # session's system prompt and tool schemas, about 7 KB): a bare "Hi." would charge the
+    # simulator's own work on the bigger body (about 1 ms) to Courier.
+    upstream = rig.upstream_body()
+    for _ in range(3):
+        _first_token(rig.http, rig.direct_url, rig.auth, upstream)
     for _ in range(n):  # interleaved, so drift hits both alike
-        direct.append(_first_token(rig.http, rig.direct_url, rig.auth, "gpt-4o-mini"))
-        through.append(_first_token(rig.http, rig.url, rig.auth, "courier"))
+        direct.append(_first_token(rig.http, rig.direct_url, rig.auth, upstream))
+        through.append(_first_token(rig.http, rig.url, rig.auth, _hello("courier")))
     d50, t50 = statistics.median(direct), statistics.median(through)
+    print(
+        f"  (direct: the {len(json.dumps(upstream)) / 1024:.1f} KB request Courier sends upstream)"
+    )
     print(
         f"  concurrency 1:   direct p50 {d50 * 1000:6.2f} ms   courier p50 {t50 * 1000:6.2f} ms"
         f"   added p50 {(t50 - d50) * 1000:6.2f} ms   (ratio {t50 / d50:.2f}x, n={n})"
@@ -344,7 +387,9 @@ def bench_ttft(rig: Rig, n: int, workers: int, seconds: float) -> None:
     # 40 words at 20 tokens/s: 2-second streams, as a voice client's replies are.
     rig.configure(tokens_per_second=20)
     try:
-        direct = asyncio.run(_loaded(rig.direct_url, "gpt-4o-mini", rig.auth, workers, seconds))
+        direct = asyncio.run(
+            _loaded(rig.direct_url, "gpt-4o-mini", rig.auth, workers, seconds, fixed=upstream)
+        )
         before = cpu_s(rig.server.pid)
         through = asyncio.run(_loaded(rig.url, "courier", rig.auth, workers, seconds))
         busy = (cpu_s(rig.server.pid) - before) / seconds

@@ -42,18 +42,19 @@ class Hot:
         self._compiled: dict[str, tuple[str, tuple[str, ...] | None]] = {}
 
     def _for(self, dialect: Dialect) -> tuple[str, tuple[str, ...] | None]:
-        found = self._compiled.get(dialect.name)
+        key = f"{dialect.name}:{dialect.paramstyle}"
+        found = self._compiled.get(key)
         if found is None:
             compiled = text(self.sql).compile(dialect=dialect)
             order = compiled.positiontup if dialect.paramstyle in _POSITIONAL else None
-            found = self._compiled[dialect.name] = (
+            found = self._compiled[key] = (
                 compiled.string,
                 tuple(order) if order is not None else None,
             )
         return found
 
     def run(self, conn: Connection, params: Mapping[str, Any]) -> Any:
-        """Execute once; returns the DBAPI cursor (rowcount, lastrowid, fetch*)."""
+        """Execute once; returns the DBAPI cursor (rowcount, fetch*)."""
         sql, order = self._for(conn.dialect)
         args: Any = params if order is None else tuple(params[name] for name in order)
         return _execute(conn, sql, args, many=False)
@@ -84,8 +85,11 @@ def _execute(conn: Connection, sql: str, args: Any, *, many: bool) -> Any:
     return cursor
 
 
-def insert_sql(table: str, columns: Sequence[str]) -> Hot:
-    """`INSERT INTO table (columns) VALUES (:column, ...)` as a hot statement."""
+def insert_sql(table: str, columns: Sequence[str], *, returning: str | None = None) -> Hot:
+    """`INSERT INTO table (columns) VALUES (:column, ...)` as a hot statement; `returning`
+    names a column the insert hands back (SQLite 3.35+ and PostgreSQL both speak it,
+    where `cursor.lastrowid` is SQLite's alone)."""
     names = ", ".join(f'"{c}"' for c in columns)
     params = ", ".join(f":{c}" for c in columns)
-    return Hot(f'INSERT INTO "{table}" ({names}) VALUES ({params})')
+    back = f' RETURNING "{returning}"' if returning else ""
+    return Hot(f'INSERT INTO "{table}" ({names}) VALUES ({params}){back}')

@@ -19,6 +19,7 @@ from sqlmodel import Session, col, func, select
 
 from app.db.chat_store import forget_index_from
 from app.db.models import ApiCallRow, MessageRow, SessionRow, TurnRow
+from app.db.raw import Hot
 from app.db.session_models import ResponseRow, SessionRetractionRow
 from app.db.store import Store
 from app.db.tool_models import TodoListRow
@@ -193,9 +194,14 @@ def session_summary(store: Store, *, session_id: str) -> SessionSummary | None:
         return _summaries(db, [row])[0]
 
 
+_RETRACTED = Hot("SELECT 1 FROM session_retraction WHERE session_id = :sid")
+
+
 def is_retracted(store: Store, *, session_id: str) -> bool:
-    with Session(store.engine) as db:
-        return db.get(SessionRetractionRow, session_id) is not None
+    """Asked by every request that names its session: a DBAPI read (the ORM's get, on a
+    connection of its own, was a third of a continued turn's opening unit)."""
+    with store.reader() as conn:
+        return _RETRACTED.run(conn, {"sid": session_id}).fetchone() is not None
 
 
 def messages_page(

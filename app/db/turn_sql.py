@@ -44,10 +44,16 @@ MESSAGE_COLUMNS = (
     "created_at",
 )
 INSERT_MESSAGE = insert_sql("message", MESSAGE_COLUMNS)
+INSERT_MESSAGE_ID = insert_sql("message", MESSAGE_COLUMNS, returning="id")
 INSERT_SESSION = insert_sql("session", SESSION_COLUMNS)
 INSERT_TURN = insert_sql("turn", [c.name for c in _TURN.columns])
 INSERT_API_CALL = insert_sql("api_call", [c.name for c in _API_CALL.columns if c.name != "id"])
 FENCE = Hot("UPDATE session SET updated_at = :now WHERE id = :sid AND lease = :lease")
+TAKE_LEASE = Hot(
+    "UPDATE session SET lease = :lease, lease_expires_at = :exp "
+    "WHERE id = :sid AND (lease IS NULL OR lease_expires_at < :now)"
+)
+RENEW_LEASE = Hot("UPDATE session SET lease_expires_at = :exp WHERE id = :sid AND lease = :lease")
 RELEASE_LEASE = Hot(
     "UPDATE session SET lease = NULL, lease_expires_at = NULL WHERE id = :sid AND lease = :lease"
 )
