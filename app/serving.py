@@ -13,7 +13,6 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from functools import partial
-from weakref import WeakValueDictionary
 
 from app.agent.lifecycle import OpenedTurn, SessionLifecycle
 from app.agent.profiles import Profiles
@@ -74,9 +73,6 @@ class ChatServing:
         self.setup = SessionSetup(settings, store)
         self.spend = SpendCaps(settings, store)
         self.twins = Twins(turns, durable)
-        self._opening: WeakValueDictionary[str, asyncio.Lock] = WeakValueDictionary()
-        self._first_tries: dict[str, set[asyncio.Future[None]]] = {}
-        """First tries still opening, per twin key: a retry of one waits for them."""
         self.sessions = SessionLifecycle(
             store=store,
             turns=turns,
@@ -104,44 +100,14 @@ class ChatServing:
         retry: Retry,
     ) -> StartedTurn:
         """Refuse what cannot run before writing anything, then start (or reattach) the turn."""
-        twin = f"key:{retry.key}" if retry.key is not None else f"body:{retry.digest}"
         try:
-            return await self._start_once(
-                f"{principal.owner}:{twin}", retry, request, principal, session_id
-            )
+            async with self.twins.opening(principal.owner, retry):
+                return await self._start(request, principal, session_id, retry)
         except Refused as refused:
             raise api_error(refused) from None
         except PersistenceError:
             log.exception("could not open a turn: the store refused the write")
             raise storage_unavailable() from None
-
-    async def _start_once(
-        self,
-        twin: str,
-        retry: Retry,
-        request: ChatCompletionRequest,
-        principal: Principal,
-        session_id: str | None,
-    ) -> StartedTurn:
-        """A retry arriving while its twin is still opening must find it: requests that
-        could be twins (same key, or same body) open one at a time; others never wait. A
-        first try is nobody's twin, so first tries of one body open side by side (a
-        hundred voice calls greeting alike); a retry still waits for them."""
-        if retry.first_try and retry.key is None:
-            opened = asyncio.get_running_loop().create_future()
-            self._first_tries.setdefault(twin, set()).add(opened)
-            try:
-                return await self._start(request, principal, session_id, retry)
-            finally:
-                opened.set_result(None)
-                pending = self._first_tries[twin]
-                pending.discard(opened)
-                if not pending:
-                    del self._first_tries[twin]
-        async with self._opening.setdefault(twin, asyncio.Lock()):
-            if opening := self._first_tries.get(twin):
-                await asyncio.wait(set(opening))
-            return await self._start(request, principal, session_id, retry)
 
     async def _start(
         self,

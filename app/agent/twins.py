@@ -12,9 +12,13 @@ never as an empty success; the same key with another body is 409.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from weakref import WeakValueDictionary
 
 from app.agent.event_codec import decode, encode
 from app.agent.events import TurnFinished
@@ -104,6 +108,36 @@ class Twins:
     def __init__(self, turns: TurnManager, durable: DurableKeys | None) -> None:
         self.turns = turns
         self.durable = durable
+        self._locks: WeakValueDictionary[str, asyncio.Lock] = WeakValueDictionary()
+        self._first_tries: dict[str, set[asyncio.Future[None]]] = {}
+        """First tries still opening, per twin key: a retry of one waits for them."""
+
+    @asynccontextmanager
+    async def opening(self, owner: str, retry: Retry) -> AsyncIterator[None]:
+        """Hold while a request finds its twin or opens its turn. A retry arriving while
+        its twin is still opening must find it: requests that could be twins (same key, or
+        same body) open one at a time; others never wait. A first try is nobody's twin, so
+        first tries of one body open side by side (a hundred voice calls greeting alike);
+        a retry still waits for them."""
+        twin = f"{owner}:" + (
+            f"key:{retry.key}" if retry.key is not None else f"body:{retry.digest}"
+        )
+        if retry.first_try and retry.key is None:
+            opened = asyncio.get_running_loop().create_future()
+            self._first_tries.setdefault(twin, set()).add(opened)
+            try:
+                yield
+            finally:
+                opened.set_result(None)
+                pending = self._first_tries[twin]
+                pending.discard(opened)
+                if not pending:
+                    del self._first_tries[twin]
+            return
+        async with self._locks.setdefault(twin, asyncio.Lock()):
+            if opening := self._first_tries.get(twin):
+                await asyncio.wait(set(opening))
+            yield
 
     def find(self, owner: str, retry: Retry) -> TurnHandle | None:
         """The turn this request repeats, if any: running (attach) or finished (replay)."""
