@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from app.long_passes import LongPassCollector
 from app.providers.pricing import Cost
 from app.providers.usage import Usage
 
@@ -71,6 +72,8 @@ class Metrics:
         self.db_loop_commits = Counter(
             "courier_db_loop_commits", "Transactions committed on the event-loop thread", registry=r
         )
+        # Process-wide counts (the store, agent and providers note them): one view per app.
+        r.register(LongPassCollector())
         self._prompt: dict[tuple[str, str], tuple[int, int]] = {}
         self._series: dict[tuple[str, str], _ModelSeries] = {}
 

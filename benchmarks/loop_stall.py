@@ -6,7 +6,10 @@ a 10,000-message history. Printed: the longest silence between the first client'
 with the big request in flight, beside the same stream's longest silence alone (the
 baseline, measured in the same run), and how long the big request took. Figures only.
 
-    .venv/bin/python benchmarks/loop_stall.py [--messages 10000] [--runs 3]
+    .venv/bin/python benchmarks/loop_stall.py [--messages 10000] [--runs 3] [--context-window N]
+
+`--context-window 1000000` keeps the big request under the compaction threshold, so its
+first call projects and encodes all 10,000 messages instead of compacting them first.
 """
 
 from __future__ import annotations
@@ -71,12 +74,17 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--context-window", type=int, default=None)
     args = parser.parse_args()
-    rig = Rig()
+    window = args.context_window
+    rig = Rig({"COURIER_CONTEXT_WINDOW": str(window)} if window else None)
     try:
         # Scripted replies in order: the stream's answer first, then the big request's.
         rig.configure(tokens_per_second=40)
-        print(f"load average {os.getloadavg()[0]:.1f}; {args.messages}-message request")
+        print(
+            f"load average {os.getloadavg()[0]:.1f}; {args.messages}-message request"
+            + (f", {window}-token window" if window else "")
+        )
         for run in range(args.runs):
             alone, _ = one_run(rig, args.messages, with_big=False)
             loaded, took = one_run(rig, args.messages, with_big=True)

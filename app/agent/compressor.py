@@ -31,6 +31,8 @@ from app.agent.cache_planner import StablePrefixRegistry
 from app.config import Profile
 from app.db.models import SessionRow
 from app.db.store import NewMessage, Store, StoredMessage
+from app.long_passes import note as note_pass
+from app.long_passes import off_loop
 from app.providers.base import (
     ModelRequest,
     ProviderError,
@@ -361,17 +363,47 @@ class SummarySkipped(Exception):
     health, so the fallback that follows is streak-neutral."""
 
 
-async def model_summary(
-    summarise: Summariser, *, model: str, middle: Sequence[StoredMessage]
-) -> str:
+async def model_summary(summarise: Summariser, *, model: str, transcript: str) -> str:
+    """The model's summary of `transcript` (`render_transcript` of the middle)."""
     request = ModelRequest(
         model=model,
         system=(SystemBlock(SUMMARISER_SYSTEM),),
-        messages=(UserMessage(SUMMARY_TEMPLATE + "\n---\n" + render_transcript(middle)),),
+        messages=(UserMessage(SUMMARY_TEMPLATE + "\n---\n" + transcript),),
         sampling=SamplingParams(max_tokens=SUMMARY_MAX_TOKENS),
     )
     text, _usage = await summarise(request)
     return text.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionPlan:
+    """What a compaction needs from the log, gathered in one pass (off the event loop for
+    a long log: see app/long_passes.py)."""
+
+    split: Split
+    middle_tokens: int
+    fallback: str
+    """The deterministic summary of the middle."""
+    transcript: str | None
+    """The middle rendered for the summariser; None when no model summary is asked for."""
+    tail: list[NewMessage]
+    """The tail, as re-inserted after the summary."""
+
+
+def plan_compaction(
+    rows: Sequence[StoredMessage], estimator: Estimator, *, tail_tokens: int, cooling: bool
+) -> CompactionPlan:
+    note_pass("compact", len(rows))
+    split = split_for_compaction(rows, estimator, tail_tokens=tail_tokens)
+    middle_tokens = sum(estimator.row(r) for r in split.middle)
+    ask = split.middle and middle_tokens >= MIN_MIDDLE_TOKENS and not cooling
+    return CompactionPlan(
+        split,
+        middle_tokens,
+        fallback_summary(split.middle) if split.middle else "",
+        render_transcript(split.middle) if ask else None,
+        [row.as_new() for row in split.tail],
+    )
 
 
 # ---------------------------------------------------------------------- the compressor
@@ -416,8 +448,10 @@ class Compressor:
         """
         row = self.estimator.row
         kept = self._sums.get(session_id)
-        if kept is not None and kept[1] <= len(rows) and rows[kept[1] - 1] is kept[0]:
-            total = kept[2] + sum(row(r) for r in rows[kept[1] :])
+        start = kept[1] if kept is not None and self._resumes(kept, rows) else 0
+        note_pass("size", len(rows) - start)
+        if kept is not None and start:
+            total = kept[2] + sum(row(r) for r in rows[start:])
         else:
             total = sum(row(r) for r in rows)
         if rows:
@@ -425,6 +459,15 @@ class Compressor:
                 self._sums.clear()
             self._sums[session_id] = (rows[-1], len(rows), total)
         return total
+
+    @staticmethod
+    def _resumes(kept: tuple[StoredMessage, int, int], rows: Sequence[StoredMessage]) -> bool:
+        return kept[1] <= len(rows) and rows[kept[1] - 1] is kept[0]
+
+    def unsized(self, session_id: str, rows: Sequence[StoredMessage]) -> int:
+        """How many of `rows` the next `estimate` must size (the rest it resumes from)."""
+        kept = self._sums.get(session_id)
+        return len(rows) - kept[1] if kept is not None and self._resumes(kept, rows) else len(rows)
 
     def needs_compaction(
         self, store: Store, session: SessionRow, profile: Profile, rough: int, *, lease: str
@@ -459,25 +502,12 @@ class Compressor:
         rows: Sequence[StoredMessage],
     ) -> int:
         """Deterministic prune of old tool output; returns tokens reclaimed (0 = no commit)."""
-        rough = self.estimate(session, rows)
-        if session.prune_rearm_at is not None and rough < session.prune_rearm_at:
+        planned = await off_loop(
+            len(rows), functools.partial(self._plan_prune, session, profile, rows)
+        )
+        if planned is None:
             return 0
-        protected = {
-            r.id
-            for r in split_for_compaction(
-                rows, self.estimator, tail_tokens=tail_budget(profile)
-            ).tail
-        }
-        replacements = prune_rows(rows, protected)
-        if not replacements:
-            return 0
-        before = sum(self.estimator.row(rows[i]) for i in replacements)
-        after = sum(rough_tokens(row_text_new(m)) + 4 for m in replacements.values())
-        reclaimed = before - after
-        if reclaimed < MIN_RECLAIM:
-            return 0
-        first = min(replacements)
-        rewritten = [replacements.get(i) or rows[i].as_new() for i in range(first, len(rows))]
+        rough, reclaimed, first, rewritten = planned
         runway = max(reclaimed, profile.prune_trigger_tokens, MIN_RECLAIM)
         rewrite = functools.partial(
             store.rewrite_live,
@@ -496,6 +526,32 @@ class Compressor:
         log.info("session %s: pruned %d tokens of old tool output", session.id, reclaimed)
         return reclaimed
 
+    def _plan_prune(
+        self, session: SessionRow, profile: Profile, rows: Sequence[StoredMessage]
+    ) -> tuple[int, int, int, list[NewMessage]] | None:
+        """(size, tokens reclaimed, first row rewritten, the rewrite), or None to keep all."""
+        note_pass("prune", len(rows))
+        rough = self.estimate(session, rows)
+        if session.prune_rearm_at is not None and rough < session.prune_rearm_at:
+            return None
+        protected = {
+            r.id
+            for r in split_for_compaction(
+                rows, self.estimator, tail_tokens=tail_budget(profile)
+            ).tail
+        }
+        replacements = prune_rows(rows, protected)
+        if not replacements:
+            return None
+        before = sum(self.estimator.row(rows[i]) for i in replacements)
+        after = sum(rough_tokens(row_text_new(m)) + 4 for m in replacements.values())
+        reclaimed = before - after
+        if reclaimed < MIN_RECLAIM:
+            return None
+        first = min(replacements)
+        rewritten = [replacements.get(i) or rows[i].as_new() for i in range(first, len(rows))]
+        return rough, reclaimed, first, rewritten
+
     # -------------------------------------------------------------- compaction
 
     async def compact(
@@ -511,23 +567,33 @@ class Compressor:
     ) -> str | None:
         """Summarise the middle and commit; returns the rebuilt system prompt, or None when
         there is nothing to compact."""
-        split = split_for_compaction(rows, self.estimator, tail_tokens=tail_budget(profile))
+        cooling = self.wall() < session.summary_cooldown_until
+        plan = await off_loop(
+            len(rows),
+            functools.partial(
+                plan_compaction,
+                rows,
+                self.estimator,
+                tail_tokens=tail_budget(profile),
+                cooling=cooling,
+            ),
+        )
+        split, middle_tokens = plan.split, plan.middle_tokens
         if not split.middle:
             return None
-        middle_tokens = sum(self.estimator.row(r) for r in split.middle)
         updates: dict[str, Any] = {}
         if middle_tokens < MIN_MIDDLE_TOKENS:
             # Too small to be worth a call: streak-neutral, but it still arms the verdict,
             # because an incompressible transcript is exactly what the breaker must catch.
-            summary = fallback_summary(split.middle)
-        elif self.wall() < session.summary_cooldown_until:
-            summary = fallback_summary(split.middle)
+            summary = plan.fallback
+        elif plan.transcript is None:  # cooling down after failed summaries
+            summary = plan.fallback
             updates["fallback_streak"] = session.fallback_streak + 1
         else:
-            summary, updates = await self._summarise(session, profile, split.middle, summarise)
+            summary, updates = await self._summarise(session, profile, plan, summarise)
         new_prompt = rebuild_prompt()
         insert = [NewMessage(role="user", content=SUMMARY_SCAFFOLD + summary, kind="summary")]
-        insert += [row.as_new() for row in split.tail]
+        insert += plan.tail
         # On the writer thread: re-inserting a long tail is the largest write there is.
         rewrite = functools.partial(
             store.rewrite_live,
@@ -559,21 +625,22 @@ class Compressor:
         self,
         session: SessionRow,
         profile: Profile,
-        middle: Sequence[StoredMessage],
+        plan: CompactionPlan,
         summarise: Summariser,
     ) -> tuple[str, dict[str, Any]]:
         """A model summary, or a fallback with the streak and cooldown updates it earns."""
         model = profile.summary_model or profile.model
+        assert plan.transcript is not None
         try:
-            summary = await model_summary(summarise, model=model, middle=middle)
+            summary = await model_summary(summarise, model=model, transcript=plan.transcript)
         except SummarySkipped:
-            return fallback_summary(middle), {}  # says nothing about the summariser
+            return plan.fallback, {}  # says nothing about the summariser
         except ProviderError as exc:
             log.warning("session %s: summariser failed (%s)", session.id, exc.kind)
             summary = ""
         if summary:
             return summary, {"fallback_streak": 0}
-        return fallback_summary(middle), {
+        return plan.fallback, {
             "fallback_streak": session.fallback_streak + 1,
             "summary_cooldown_until": self.wall() + SUMMARY_COOLDOWN_S,
         }

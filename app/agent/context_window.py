@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.agent.compressor import Summariser, observe_response, threshold_tokens
+from app.agent.first_call import live_rows, sized
 from app.agent.prompt import recover_stable_boundary
 from app.config import Profile
 from app.db.models import SessionRow
@@ -57,7 +58,7 @@ async def preflight(
     store, profile, comp = ctx.store, ctx.profile, ctx.compressor
     session = store.get_session(session_id=ctx.session_id)
     assert session is not None
-    rows = store.active_messages(session_id=ctx.session_id)
+    rows = await live_rows(ctx)
     if comp is None:
         return _checked(ctx, 0, session, rows)
     cold = turn_start and prefix_is_cold(profile, session, time.time())
@@ -66,8 +67,8 @@ async def preflight(
     ):
         session = store.get_session(session_id=ctx.session_id)
         assert session is not None
-        rows = store.active_messages(session_id=ctx.session_id)
-    rough = comp.estimate(session, rows)
+        rows = await live_rows(ctx)
+    rough = await sized(comp, session, rows)
     if force or comp.needs_compaction(store, session, profile, rough, lease=ctx.lease):
         prompt = await comp.compact(
             store,
@@ -81,8 +82,8 @@ async def preflight(
         if prompt is not None:
             session = store.get_session(session_id=ctx.session_id)
             assert session is not None
-            rows = store.active_messages(session_id=ctx.session_id)
-            rough = comp.estimate(session, rows)
+            rows = await live_rows(ctx)
+            rough = await sized(comp, session, rows)
     return _checked(ctx, rough, session, rows)
 
 

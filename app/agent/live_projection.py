@@ -33,6 +33,7 @@ from app.agent.cache_planner import (
 from app.agent.projection import Fold, PendingFold, project, unanswered_calls
 from app.db.chat_store import StoredImage, session_images
 from app.db.store import Store, StoredMessage
+from app.long_passes import note as note_pass
 from app.providers.base import Message
 
 SESSIONS_KEPT = 512
@@ -85,13 +86,21 @@ class LiveProjections:
         if kept is None or not kept.describes(rows):
             kept = _Kept()
             self.rebuilds += 1
-            self._kept[session_id] = kept
-            while len(self._kept) > SESSIONS_KEPT:
-                self._kept.popitem(last=False)
+            self._install(session_id, kept)
         else:
             self._kept.move_to_end(session_id)
+        self._fold(session_id, kept, rows)
+        return kept
+
+    def _install(self, session_id: str, kept: _Kept) -> None:
+        self._kept[session_id] = kept
+        while len(self._kept) > SESSIONS_KEPT:
+            self._kept.popitem(last=False)
+
+    def _fold(self, session_id: str, kept: _Kept, rows: Sequence[StoredMessage]) -> None:
         new = rows[kept.folded :]
         if new:
+            note_pass("project", len(new))
             keys = {key for row in new for key in row.images}
             if keys - kept.images.keys():
                 # Images are stored once per session and never change, so only a row
@@ -100,7 +109,27 @@ class LiveProjections:
             kept.fold.feed(new, kept.images)
             kept.pending.feed(new)
             kept.folded, kept.last = len(rows), rows[-1]
-        return kept
+
+    def unfolded(self, session_id: str, rows: Sequence[StoredMessage]) -> int:
+        """How many of `rows` the next `project` must fold (the rest it has kept)."""
+        with self._lock:
+            kept = self._kept.get(session_id)
+            if kept is None or not kept.describes(rows):
+                return len(rows)
+            return len(rows) - kept.folded
+
+    def prepare(self, session_id: str, rows: Sequence[StoredMessage]) -> None:
+        """Build the projection of `rows` from scratch and keep it, for a worker thread.
+
+        The fold runs outside the lock, which the loop's projections of other sessions
+        take: held for a 10,000-row fold it would stall the loop as the fold itself did.
+        Only the session's lease holder projects it, and it waits for this.
+        """
+        kept = _Kept()
+        self._fold(session_id, kept, rows)
+        with self._lock:
+            self.rebuilds += 1
+            self._install(session_id, kept)
 
     def project(self, session_id: str, rows: Sequence[StoredMessage]) -> Projected:
         """The projection of `rows`, the session's live log as the store returned it."""

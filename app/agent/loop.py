@@ -19,6 +19,7 @@ from app.agent.events import (
     TurnText,
 )
 from app.agent.fallback import fall_back
+from app.agent.first_call import project_ahead
 from app.agent.ledger import CallSite, Timing
 from app.agent.ledger import record_call as record_call_at
 from app.agent.live_projection import projections_for
@@ -183,6 +184,7 @@ async def call_model(
 ) -> Reply:
     """One upstream call: build the request, stream it, record usage and cost."""
     checked = await preflight(ctx, summariser(ctx, state), turn_start=state.calls == 0)
+    await project_ahead(ctx, checked.rows)  # a long log's first fold, off the loop
     request = build_request(
         ctx, checked, final=final, tail=tail, tool_choice=tool_choice_for(ctx, state, final)
     )

@@ -62,6 +62,7 @@ from app.db.turn_sql import (
     session_row,
     session_update,
 )
+from app.long_passes import note as note_pass
 
 log = logging.getLogger(__name__)
 
@@ -437,6 +438,10 @@ class Store:
     def _forget_live(self, session_id: str) -> None:
         with self._live_lock:
             self._live.pop(session_id, None)
+        if getattr(self._unit, "conn", None) is not None:
+            # Again at commit: a log kept meanwhile (a new session's, a read of the rows before
+            # this unit's change) would outlive the change.
+            self._after_commit(lambda: self._forget_live(session_id))
 
     def _defer(self, session_id: str, write: Deferred) -> bool:
         """Queue `write` for the next transaction if that is safe here; False = run now.
@@ -794,12 +799,32 @@ class Store:
                 raise AssertionError(f"kept live log of {session_id} drifted: {kept} != {fresh}")
             return kept
         rows = self._load_active(session_id)
+        note_pass("load", len(rows))
         if getattr(self._unit, "conn", None) is None:
             with self._live_lock:
                 self._live[session_id] = list(rows)
                 while len(self._live) > LIVE_LOGS_KEPT:
                     self._live.popitem(last=False)
         return rows
+
+    def keeps_live(self, session_id: str) -> bool:
+        """The session's live log is in memory: `active_messages` will not read it."""
+        with self._live_lock:
+            return session_id in self._live
+
+    def load_live(self, *, session_id: str) -> None:
+        """Read the live log into memory, for a worker thread (app/agent/first_call.py).
+
+        `active_messages` without its flush: the deferred queue is the loop's, so the
+        caller flushes there first. Only the lease holder appends to a session, and it is
+        waiting for this, so no commit of the session lands between the read and the keep.
+        """
+        rows = self._load_active(session_id)
+        note_pass("load", len(rows))
+        with self._live_lock:
+            self._live[session_id] = rows
+            while len(self._live) > LIVE_LOGS_KEPT:
+                self._live.popitem(last=False)
 
     def _load_active(self, session_id: str) -> list[StoredMessage]:
         with self._reader() as conn:

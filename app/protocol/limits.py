@@ -17,6 +17,7 @@ import json
 import multiprocessing
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -125,17 +126,25 @@ def _die_with_the_server() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+_starting = threading.Lock()
+
+
 def _worker_pool() -> ProcessPoolExecutor:
     global _pool
-    if _pool is None:
-        # spawn, not fork: forking a process with running threads and an event loop can
-        # copy a held lock into the child and deadlock it.
-        _pool = ProcessPoolExecutor(
-            max_workers=1,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_die_with_the_server,
-        )
-    return _pool
+    with _starting:
+        if _pool is None:
+            # spawn, not fork: forking a process with running threads and an event loop
+            # can copy a held lock into the child and deadlock it.
+            pool = ProcessPoolExecutor(
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_die_with_the_server,
+            )
+            # The first submit starts the pool's thread and spawns the worker: ~100 ms,
+            # which on the loop stalled every stream. Made here, on a worker thread.
+            pool.submit(int).result()
+            _pool = pool
+        return _pool
 
 
 async def parse_off_loop(body: bytes, parse: Callable[[bytes], T]) -> T:
@@ -145,7 +154,8 @@ async def parse_off_loop(body: bytes, parse: Callable[[bytes], T]) -> T:
     global _pool
     loop = asyncio.get_running_loop()
     try:
-        outcome = await loop.run_in_executor(_worker_pool(), _parse_in_worker, parse, body)
+        pool = _pool if _pool is not None else await asyncio.to_thread(_worker_pool)
+        outcome = await loop.run_in_executor(pool, _parse_in_worker, parse, body)
     except BrokenProcessPool:
         # The worker died (out of memory on a monster body): a new one for the next request.
         _pool = None

@@ -19,6 +19,8 @@ import anthropic
 import httpx2  # the transport the anthropic SDK is built on; its read errors escape the SDK
 import orjson
 
+from app.long_passes import note as note_pass
+from app.long_passes import off_loop
 from app.providers.base import (
     AssistantMessage,
     ErrorKind,
@@ -251,6 +253,13 @@ def _message_blocks(message: Message, ttl: str) -> bytes:
     return orjson.dumps(blocks)[1:-1] if blocks else b""
 
 
+def _fragment_key(request: ModelRequest) -> tuple[str | int, str]:
+    """Which earlier call's encodings this one is compared with: the session's, else the
+    conversation's with the same first message object."""
+    messages = request.messages
+    return ((request.prompt_cache_key or id(messages[0])) if messages else 0, request.cache_ttl)
+
+
 def encode_messages_body(request: ModelRequest, *, default_max_tokens: int = 8192) -> bytes:
     """`full_messages_body(request)`, without re-encoding the messages an earlier call of
     the same conversation already encoded.
@@ -262,9 +271,7 @@ def encode_messages_body(request: ModelRequest, *, default_max_tokens: int = 819
     messages, ttl = request.messages, request.cache_ttl
     try:
         parts = _FRAGMENTS.encoded(
-            messages,
-            ((request.prompt_cache_key or id(messages[0])) if messages else 0, ttl),
-            lambda message: _message_blocks(message, ttl),
+            messages, _fragment_key(request), lambda message: _message_blocks(message, ttl)
         )
         shell = build_messages_body(
             replace(request, messages=()), default_max_tokens=default_max_tokens
@@ -464,11 +471,19 @@ class AnthropicProvider:
             http_client=http_client,
         )
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
+    def _body(self, request: ModelRequest, unencoded: int) -> bytes:
+        note_pass("encode", unencoded)
         body = encode_messages_body(request, default_max_tokens=self._default_max_tokens)
         if os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1":
             # Tests: the spliced body must equal a full build and encode of the request.
             _check_body(request, body, default_max_tokens=self._default_max_tokens)
+        return body
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
+        unencoded = _FRAGMENTS.unencoded(request.messages, _fragment_key(request))
+        # A long conversation's body, when most of it is not kept encoded (its first call),
+        # is encoded on a worker; a short one costs less than the hop.
+        body = await off_loop(unencoded, lambda: self._body(request, unencoded))
         try:
             # `post` with bytes is the SDK's supported way to send a body it did not
             # build; `cast_to=httpx2.Response` with `stream=True` hands back the response

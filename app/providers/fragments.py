@@ -16,6 +16,7 @@ encoder a parameter so any wire can use it.
 from __future__ import annotations
 
 import operator
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from contextlib import suppress
@@ -33,6 +34,18 @@ class MessageFragments:
         )
         self._bytes = 0
         self._max, self._max_bytes = kept, kept_bytes
+        self._lock = threading.Lock()
+        """A long conversation's body is encoded on a worker thread while the loop encodes
+        the others': the lock covers the bookkeeping, never the encoding."""
+
+    def unencoded(self, messages: tuple[Message, ...], key: Hashable) -> int:
+        """How many of `messages` the next `encoded` under `key` must encode."""
+        with self._lock:
+            found = self._kept.get(key)
+        if found is None:
+            return len(messages)
+        old = found[0]
+        return max(len(messages) - len(old), 0) + sum(map(operator.is_not, old, messages))
 
     def encoded(
         self,
@@ -45,9 +58,11 @@ class MessageFragments:
         `encode` must depend on nothing but the message and what `key` holds."""
         if not messages:
             return []
-        found = self._kept.pop(key, None)
+        with self._lock:
+            found = self._kept.pop(key, None)
+            if found is not None:
+                self._bytes -= found[2]
         if found is not None:
-            self._bytes -= found[2]
             old, parts, size = found[0], found[1][: len(messages)], found[2]
             if len(parts) < len(found[1]):
                 size = sum(map(len, parts))
@@ -67,11 +82,14 @@ class MessageFragments:
         else:
             parts = [encode(message) for message in messages]
             size = sum(map(len, parts))
-        self._kept[key] = (messages, parts, size)
-        self._bytes += size
-        while len(self._kept) > 1 and (
-            len(self._kept) > self._max or self._bytes > self._max_bytes
-        ):
-            _, (_, _, dropped) = self._kept.popitem(last=False)
-            self._bytes -= dropped
+        with self._lock:
+            if (replaced := self._kept.pop(key, None)) is not None:
+                self._bytes -= replaced[2]
+            self._kept[key] = (messages, parts, size)
+            self._bytes += size
+            while len(self._kept) > 1 and (
+                len(self._kept) > self._max or self._bytes > self._max_bytes
+            ):
+                _, (_, _, dropped) = self._kept.popitem(last=False)
+                self._bytes -= dropped
         return parts

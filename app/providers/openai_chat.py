@@ -14,6 +14,7 @@ import logging
 import operator
 import os
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, suppress
@@ -23,6 +24,8 @@ from typing import Any
 import httpx
 import orjson
 
+from app.long_passes import is_long
+from app.long_passes import note as note_pass
 from app.providers.base import (
     SAMPLING_FIELDS,
     AssistantMessage,
@@ -270,6 +273,29 @@ class _Fragments:
             tuple[str | int, bool, str], tuple[tuple[Message, ...], list[bytes], int]
         ] = OrderedDict()
         self._bytes = 0
+        self._lock = threading.Lock()
+        """A long conversation's first body is encoded on a worker thread while the loop
+        encodes the others': the lock covers the bookkeeping, never the encoding."""
+
+    @staticmethod
+    def _key(
+        messages: tuple[Message, ...], conversation: str | None, cache_markers: bool, ttl: str
+    ) -> tuple[str | int, bool, str]:
+        return (conversation or id(messages[0]), cache_markers, ttl)
+
+    def unencoded(
+        self, messages: tuple[Message, ...], conversation: str | None, cache_markers: bool, ttl: str
+    ) -> int:
+        """How many of `messages` the next `encoded` must encode: those not the same object
+        at the same position as in the previous call (all of them after a rebuild)."""
+        if not is_long(len(messages)):
+            return len(messages)  # short: worth no comparison, it stays where it is
+        with self._lock:
+            found = self._kept.get(self._key(messages, conversation, cache_markers, ttl))
+        if found is None:
+            return len(messages)
+        old = found[0]
+        return max(len(messages) - len(old), 0) + sum(map(operator.is_not, old, messages))
 
     def encoded(
         self, messages: tuple[Message, ...], conversation: str | None, cache_markers: bool, ttl: str
@@ -280,15 +306,18 @@ class _Fragments:
         def encode(message: Message) -> bytes:
             return orjson.dumps(_message(message, cache_markers=cache_markers, ttl=ttl))
 
-        key = (conversation or id(messages[0]), cache_markers, ttl)
-        found = self._kept.pop(key, None)
+        key = self._key(messages, conversation, cache_markers, ttl)
+        with self._lock:
+            found = self._kept.pop(key, None)
+            if found is not None:
+                self._bytes -= found[2]
         if found is not None:
-            self._bytes -= found[2]
             old, parts, size = found[0], found[1][: len(messages)], found[2]
             if len(parts) < len(found[1]):
                 size = sum(map(len, parts))
             # C loops over the whole list, Python only at the few positions that changed.
             same = list(map(operator.is_, old, messages))
+            note_pass("encode", same.count(False) + max(len(messages) - len(old), 0))
             at = 0
             with suppress(ValueError):
                 while True:
@@ -301,15 +330,19 @@ class _Fragments:
             parts += added
             size += sum(map(len, added))
         else:
+            note_pass("encode", len(messages))
             parts = [encode(message) for message in messages]
             size = sum(map(len, parts))
-        self._kept[key] = (messages, parts, size)
-        self._bytes += size
-        while len(self._kept) > 1 and (
-            len(self._kept) > BODIES_KEPT or self._bytes > BODY_BYTES_KEPT
-        ):
-            _, (_, _, dropped) = self._kept.popitem(last=False)
-            self._bytes -= dropped
+        with self._lock:
+            if (replaced := self._kept.pop(key, None)) is not None:
+                self._bytes -= replaced[2]
+            self._kept[key] = (messages, parts, size)
+            self._bytes += size
+            while len(self._kept) > 1 and (
+                len(self._kept) > BODIES_KEPT or self._bytes > BODY_BYTES_KEPT
+            ):
+                _, (_, _, dropped) = self._kept.popitem(last=False)
+                self._bytes -= dropped
         return parts
 
 
@@ -667,10 +700,15 @@ class OpenAIChatProvider:
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
-        body = encode_chat_body(request, cache_markers=self._cache_markers)
-        if os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1":
-            # Tests: the spliced body must equal a full build and encode of the request.
-            _check_body(request, body, cache_markers=self._cache_markers)
+        unencoded = _FRAGMENTS.unencoded(
+            request.messages, request.prompt_cache_key, self._cache_markers, request.cache_ttl
+        )
+        # A long conversation's first body (10,000 messages) is encoded on a worker thread:
+        # on the loop it held every other stream silent; a short one costs less than the hop.
+        if is_long(unencoded):
+            body = await asyncio.to_thread(self._body, request)
+        else:
+            body = self._body(request)
         http_request = self.request_for(body)
         try:
             response = await self._client.send(http_request, stream=True)
@@ -696,6 +734,13 @@ class OpenAIChatProvider:
                     yield event
         finally:
             await response.aclose()
+
+    def _body(self, request: ModelRequest) -> bytes:
+        body = encode_chat_body(request, cache_markers=self._cache_markers)
+        if os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1":
+            # Tests: the spliced body must equal a full build and encode of the request.
+            _check_body(request, body, cache_markers=self._cache_markers)
+        return body
 
     async def _body_chunks(self, response: httpx.Response) -> AsyncGenerator[bytes, None]:
         try:
