@@ -532,3 +532,15 @@ def test_every_httpx_transport_error_keeps_its_meaning_under_httpx2(kind: type) 
     assert type(renamed).__name__ == kind.__name__
     assert isinstance(renamed, httpx2.TimeoutException) == issubclass(kind, httpx.TimeoutException)
     assert renamed.request is request and str(renamed) == "boom"
+
+
+def test_the_off_loop_gate_counts_what_the_next_call_must_encode() -> None:
+    history = tuple(UserMessage(f"m{i}") for i in range(300))
+    request = _request(*history, prompt_cache_key="session-gate")
+    key = anthropic_wire._fragment_key(request)
+    assert anthropic_wire._FRAGMENTS.unencoded(history, key) == 300  # never encoded
+    encode_messages_body(request)
+    grown = (*history, AssistantMessage("a"), UserMessage("q"))
+    assert anthropic_wire._FRAGMENTS.unencoded(grown, key) == 2
+    rebuilt = tuple(UserMessage(m.content) for m in history)  # a rebuilt projection
+    assert anthropic_wire._FRAGMENTS.unencoded(rebuilt, key) == 300
