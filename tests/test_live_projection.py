@@ -424,7 +424,7 @@ def test_a_corrupted_remembered_encoding_is_caught() -> None:
     body = encode_chat_body(request)
     openai_chat._check_body(request, body, cache_markers=False)
     key = ("s1", False, "5m")
-    parts = openai_chat._FRAGMENTS._kept[key][1]
+    parts = openai_chat._FRAGMENTS._kept._kept[key][1]
     parts[1] = orjson.dumps({"role": "assistant", "content": "tampered"})
     tampered = encode_chat_body(request)
     assert b"tampered" in tampered

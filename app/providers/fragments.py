@@ -9,8 +9,8 @@ to) is encoded again. Identity, not value: hashing every message of a long sessi
 every call cost more than the encoding it saved. The key only decides which earlier call
 is compared with. Least recently used conversations go first, bounded by count and bytes.
 
-The same scheme as the OpenAI wire's `_Fragments` (app/providers/openai_chat.py), with the
-encoder a parameter so any wire can use it.
+Both wires use it, each with its own key and encoder (the OpenAI wire's `_Fragments` in
+app/providers/openai_chat.py, the Anthropic wire's in app/providers/anthropic.py).
 """
 
 from __future__ import annotations

@@ -11,11 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import operator
 import os
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, suppress
 from dataclasses import dataclass, field, replace
@@ -48,6 +45,7 @@ from app.providers.base import (
     cache_control,
 )
 from app.providers.errors import PhraseTable, classify_http_error, classify_stream_error, redact
+from app.providers.fragments import MessageFragments
 from app.providers.usage import usage_from_openai
 
 log = logging.getLogger(__name__)
@@ -249,33 +247,15 @@ def encode_body(body: dict[str, Any]) -> bytes:
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-BODIES_KEPT = 512
-BODY_BYTES_KEPT = 64 * 1024 * 1024
-
-
 class _Fragments:
-    """Each recent conversation's messages as encoded for its previous call.
-
-    A leased session's projection hands the same message objects to every call, so the
-    previous call's encodings are reused position by position where the object is the
-    same one; only what changed (the newest messages, the ones a cache marker moved to)
-    is encoded again. Identity, not value: hashing every message of a long session on
-    every call cost more than the encoding it saved. Reuse needs nothing but the same
-    object at the same position, so the key only decides which earlier call is compared
-    with: the session (`prompt_cache_key`), else the first message (a compaction summary
-    whose cached prefix the planner splits is a new object on every call, so it cannot
-    be the key of a session). Least recently used conversations go first, bounded by
-    count and bytes.
-    """
+    """The OpenAI wire's kept message encodings (app/providers/fragments.py), keyed by
+    which earlier call to compare with: the session (`prompt_cache_key`), else the first
+    message (a compaction summary whose cached prefix the planner splits is a new object
+    on every call, so it cannot be the key of a session), and the marker settings the
+    encodings depend on."""
 
     def __init__(self) -> None:
-        self._kept: OrderedDict[
-            tuple[str | int, bool, str], tuple[tuple[Message, ...], list[bytes], int]
-        ] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        """A long conversation's first body is encoded on a worker thread while the loop
-        encodes the others': the lock covers the bookkeeping, never the encoding."""
+        self._kept = MessageFragments()
 
     @staticmethod
     def _key(
@@ -290,12 +270,7 @@ class _Fragments:
         at the same position as in the previous call (all of them after a rebuild)."""
         if not is_long(len(messages)):
             return len(messages)  # short: worth no comparison, it stays where it is
-        with self._lock:
-            found = self._kept.get(self._key(messages, conversation, cache_markers, ttl))
-        if found is None:
-            return len(messages)
-        old = found[0]
-        return max(len(messages) - len(old), 0) + sum(map(operator.is_not, old, messages))
+        return self._kept.unencoded(messages, self._key(messages, conversation, cache_markers, ttl))
 
     def encoded(
         self, messages: tuple[Message, ...], conversation: str | None, cache_markers: bool, ttl: str
@@ -307,43 +282,8 @@ class _Fragments:
             return orjson.dumps(_message(message, cache_markers=cache_markers, ttl=ttl))
 
         key = self._key(messages, conversation, cache_markers, ttl)
-        with self._lock:
-            found = self._kept.pop(key, None)
-            if found is not None:
-                self._bytes -= found[2]
-        if found is not None:
-            old, parts, size = found[0], found[1][: len(messages)], found[2]
-            if len(parts) < len(found[1]):
-                size = sum(map(len, parts))
-            # C loops over the whole list, Python only at the few positions that changed.
-            same = list(map(operator.is_, old, messages))
-            note_pass("encode", same.count(False) + max(len(messages) - len(old), 0))
-            at = 0
-            with suppress(ValueError):
-                while True:
-                    at = same.index(False, at)
-                    fresh = encode(messages[at])
-                    size += len(fresh) - len(parts[at])
-                    parts[at] = fresh
-                    at += 1
-            added = [encode(message) for message in messages[len(old) :]]
-            parts += added
-            size += sum(map(len, added))
-        else:
-            note_pass("encode", len(messages))
-            parts = [encode(message) for message in messages]
-            size = sum(map(len, parts))
-        with self._lock:
-            if (replaced := self._kept.pop(key, None)) is not None:
-                self._bytes -= replaced[2]
-            self._kept[key] = (messages, parts, size)
-            self._bytes += size
-            while len(self._kept) > 1 and (
-                len(self._kept) > BODIES_KEPT or self._bytes > BODY_BYTES_KEPT
-            ):
-                _, (_, _, dropped) = self._kept.popitem(last=False)
-                self._bytes -= dropped
-        return parts
+        note_pass("encode", self.unencoded(messages, conversation, cache_markers, ttl))
+        return self._kept.encoded(messages, key, encode)
 
 
 _FRAGMENTS = _Fragments()
