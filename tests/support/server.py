@@ -50,16 +50,20 @@ class Server:
             [sys.executable, "-m", "app.cli", "serve"], env=env, stdout=log, stderr=log
         )
         deadline = time.monotonic() + timeout
+        last = "no answer yet"
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited early:\n{self.log()}")
             try:
-                if httpx.get(f"{self.base_url}/health", timeout=1).status_code == 200:
+                answer = httpx.get(f"{self.base_url}/health", timeout=1, trust_env=False)
+                if answer.status_code == 200:
                     return self
-            except httpx.HTTPError:
-                time.sleep(0.05)
+                last = f"HTTP {answer.status_code}: {answer.text[:200]}"
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            time.sleep(0.05)  # also after a non-200: a tight loop would flood the server
         self.stop()
-        raise RuntimeError(f"server did not start:\n{self.log()}")
+        raise RuntimeError(f"server did not start (last probe: {last}):\n{self.log()}")
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
