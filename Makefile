@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit clean lock soak soak-kill node-deps browser-deps image-test browser-test
+.PHONY: install demo test lint typecheck unit test-tools clean lock soak soak-kill node-deps browser-deps image-test browser-test
 
 # The terminal tool runs commands under bubblewrap: without `bwrap` the tool is not offered
 # and its sandbox tests fail, so a fresh Debian machine gets it here. A no-op once present.
@@ -41,8 +41,22 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: install node-deps browser-deps
+unit: install node-deps browser-deps test-tools
 	$(BIN)/python -m pytest -q
+
+# tests/test_ports.py stands up, in a network namespace of its own, the DNAT rule podman writes
+# for a published port: iptables and ip (iproute2), installed when missing, else those skip.
+test-tools:
+	@missing=""; command -v iptables >/dev/null 2>&1 || missing=" iptables"; \
+	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing$$missing for tests/test_ports.py"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } \
+	    || echo "apt-get could not install$$missing: tests/test_ports.py's namespace cases will skip"; \
+	  else echo "$$missing not found: tests/test_ports.py's namespace cases will skip"; fi; \
+	fi
 
 # kill -9 soak (issue 13): 20 kills, each a server restart; prints its counts, exits 1 on
 # a lost row, an unrepaired transcript, a held lease or a replay that differs.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import httpx
 from openai import OpenAI
+
+from app import ports
 
 PROMPTS = (
     "List the files in the workspace, then read notes.txt and tell me what it says.",
@@ -32,9 +33,7 @@ NOTES = """Courier demo notes
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return ports.free_port()
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], what: str) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -16,13 +15,14 @@ from pathlib import Path
 
 import httpx
 
+from app import ports
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    # Not a bare bind to port 0: see app/ports.py (a port a container mapping holds).
+    return ports.free_port()
 
 
 def bench_key() -> str:

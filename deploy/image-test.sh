@@ -83,6 +83,16 @@ say "building $IMAGE"
 "${PODMAN[@]}" build -q --format docker --pull=never "${secrets[@]}" -t "$IMAGE" "$context" >/dev/null
 
 # -- checks --------------------------------------------------------------------------------
+# Test containers an interrupted or older run left behind still publish their ports (DNAT
+# rules): a later server bound to one of those ports never sees a connection. Older than an
+# hour only, since another checkout's run may be going now; Courier before the simulator it
+# shares a network with (sorted: -courier < -sim), or podman refuses the simulator.
+now=$(date +%s)
+while read -r name created; do
+  if [ -n "$name" ] && [ $((now - created)) -gt 3600 ]; then
+    "${PODMAN[@]}" rm -f -t 0 "$name" >/dev/null 2>&1 && say "removed $name, left by an earlier run"
+  fi
+done < <("${PODMAN[@]}" ps -a --filter name=^courier-it- --format '{{.Names}} {{.Created.Unix}}' | sort)
 say "running tests/image against $IMAGE"
 COURIER_IMAGE="$IMAGE" "$REPO/.venv/bin/python" -m pytest -q -p no:cacheprovider \
   "$REPO/tests/image"

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from app import ports
 from app.tools import sandbox
 from app.tools.registry import ToolContext
 from app.tools.terminal import TERMINAL
@@ -98,9 +99,7 @@ def workspace(tmp_path: Path) -> Path:
 @pytest.fixture
 def listener() -> Iterator[socket.socket]:
     """A listener on the host's loopback, standing in for Courier's own port."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
+    server = ports.listen("127.0.0.1", 0, backlog=8)  # one the host really reaches
     server.setblocking(False)
     yield server
     server.close()

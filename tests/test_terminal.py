@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from app import ports
 from app.tools import sandbox, terminal
 from app.tools.registry import ToolContext, ToolError
 from app.tools.sandbox import run_sandboxed
@@ -231,9 +232,7 @@ async def test_environment_is_scrubbed(workspace: Path, monkeypatch: pytest.Monk
 
 @pytest.fixture
 def listener() -> Iterator[socket.socket]:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
+    server = ports.listen("127.0.0.1", 0, backlog=8)  # one the host really reaches
     server.setblocking(False)
     yield server
     server.close()

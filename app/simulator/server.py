@@ -39,6 +39,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import Headers
 
+from app import ports
 from app.simulator.anthropic_wire import AnthropicWire
 from app.simulator.anthropic_wire import parse as parse_anthropic
 from app.simulator.cache import PromptCache, SimClock
@@ -475,13 +476,9 @@ class _DropNoise(logging.Filter):
 
 
 def _listen(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    # Listening before announcing the port means a client may connect immediately.
-    sock.listen(2048)  # benchmarks open a thousand streams at once
-    return sock
+    # Listening before announcing the port means a client may connect immediately; port 0
+    # is one a connection really reaches (app/ports.py).
+    return ports.listen(host, port, backlog=2048)  # benchmarks open a thousand streams at once
 
 
 def run(host: str = "127.0.0.1", port: int = 8643, **config: Any) -> None:

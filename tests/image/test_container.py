@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -23,6 +22,8 @@ from typing import Any
 import httpx
 import pytest
 from openai import OpenAI
+
+from app import ports
 
 IMAGE = os.environ.get("COURIER_IMAGE", "")
 if not IMAGE:
@@ -47,9 +48,8 @@ def podman(
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    # Not a bare bind to port 0: see app/ports.py (a port a container mapping holds).
+    return ports.free_port()
 
 
 def wait_healthy(url: str, container: str, timeout: float = 60) -> None:
@@ -131,7 +131,11 @@ class Pod:
         return podman("exec", self.courier, *command, check=False)
 
     def remove(self) -> None:
-        podman("rm", "-f", "-t", "2", self.courier, self.sim, check=False)
+        # One at a time, Courier first: in a single `podman rm` the simulator is refused while
+        # Courier still shares its network, and a leaked simulator keeps its published ports
+        # (DNAT rules) for good, where a later free port can land (app/ports.py).
+        podman("rm", "-f", "-t", "2", self.courier, check=False)
+        podman("rm", "-f", "-t", "2", self.sim)
 
 
 def make_pod(tmp_path: Path, tag: str, *extra: str) -> Pod:

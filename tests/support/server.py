@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,13 +12,14 @@ from pathlib import Path
 
 import httpx
 
+from app import ports
+
 API_KEY = "test-key-0123456789abcdef"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    # Not a bare bind to port 0: see app/ports.py (a port a container mapping holds).
+    return ports.free_port()
 
 
 @dataclass
