@@ -24,6 +24,7 @@ import pytest
 import app.providers.anthropic as anthropic_wire
 from app.providers.anthropic import AnthropicProvider, encode_messages_body, full_messages_body
 from app.providers.base import (
+    CONNECT_TIMEOUT_S,
     AssistantMessage,
     Image,
     Message,
@@ -172,6 +173,47 @@ async def test_a_keyless_gateway_gets_no_credentials_on_either_path(sim: Simulat
     assert {k: v for k, v in lean.items() if k not in VARYING} == {
         k: v for k, v in former.items() if k not in VARYING
     }
+
+
+class _TimeoutRecorder(httpx2.AsyncBaseTransport):
+    """httpx2's own transport, noting the timeout each request really carries."""
+
+    def __init__(self) -> None:
+        self.inner = httpx2.AsyncHTTPTransport()
+        self.seen: list[dict[str, float | None]] = []
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        self.seen.append(request.extensions["timeout"])
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_connect_waits_seconds_not_the_whole_read_timeout(sim: Simulator) -> None:
+    # A float timeout made the SDK wait the full 10 minutes on a host that never answers
+    # the connect; the OpenAI wire already capped it. The retry layer needs it to fail fast.
+    sim.script([{"reply": {"text": "hi"}}])
+    recorder = _TimeoutRecorder()
+    provider = AnthropicProvider(
+        sim.base_url, KEY, timeout=600, http_client=httpx2.AsyncClient(transport=recorder)
+    )
+    try:
+        await _drain(provider.stream(_request()))
+    finally:
+        await provider.aclose()
+    [timeout] = recorder.seen
+    assert timeout["connect"] == CONNECT_TIMEOUT_S
+    assert timeout["read"] == 600
+    shared = UpstreamClients(max_connections=2)
+    try:
+        for client in (
+            shared.for_url(sim.base_url, timeout=600),
+            shared.sdk_client_for_url(sim.base_url, timeout=600),
+        ):
+            assert (client.timeout.connect, client.timeout.read) == (CONNECT_TIMEOUT_S, 600)
+    finally:
+        await shared.aclose()
 
 
 async def test_markers_tools_system_and_images_arrive(sim: Simulator) -> None:

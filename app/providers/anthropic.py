@@ -22,6 +22,7 @@ import orjson
 from app.long_passes import note as note_pass
 from app.long_passes import off_loop
 from app.providers.base import (
+    CONNECT_TIMEOUT_S,
     AssistantMessage,
     ErrorKind,
     Finish,
@@ -466,7 +467,8 @@ class AnthropicProvider:
             base_url=base_url,
             api_key=api_key or "",
             max_retries=0,
-            timeout=timeout,
+            # A float here would make the connect wait the whole read timeout (10 minutes).
+            timeout=httpx2.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S)),
             default_headers=headers,
             http_client=http_client,
         )

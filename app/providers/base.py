@@ -98,6 +98,11 @@ class SamplingParams:
     metadata: tuple[tuple[str, str], ...] = ()
 
 
+CONNECT_TIMEOUT_S = 30.0
+"""The cap on an upstream connect, whatever the read timeout: the read timeout bounds the
+silence between chunks (minutes, for a slow reasoning model), and a host that never answers
+the connect must fail fast enough for the retry layer to act."""
+
 SAMPLING_FIELDS = (
     "seed",
     "frequency_penalty",

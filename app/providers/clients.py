@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 import httpx2
 
+from app.providers.base import CONNECT_TIMEOUT_S
 from app.providers.sdk_transport import LeanSDKTransport
 from app.providers.transport import LeanTransport
 
@@ -36,7 +37,7 @@ class UpstreamClients:
             # The read timeout bounds the silence between chunks, not the whole reply;
             # connect failures should surface fast so the retry layer can act.
             client = httpx.AsyncClient(
-                timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)),
+                timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S)),
                 limits=httpx.Limits(max_connections=self._max, max_keepalive_connections=self._max),
                 # httpcore's h11-on-anyio path cost about 2 ms of CPU per streamed call
                 # (benchmarks/hot_path_floors.py); this one keeps httpx and its semantics.
@@ -54,7 +55,7 @@ class UpstreamClients:
             lean = LeanSDKTransport(LeanTransport(max_connections=self._max))
             client = httpx2.AsyncClient(
                 # A default only: the SDK sends each request with the timeout it was given.
-                timeout=httpx2.Timeout(timeout, connect=min(timeout, 30.0)),
+                timeout=httpx2.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S)),
                 limits=httpx2.Limits(
                     max_connections=self._max, max_keepalive_connections=self._max
                 ),

@@ -24,6 +24,7 @@ import orjson
 from app.long_passes import is_long
 from app.long_passes import note as note_pass
 from app.providers.base import (
+    CONNECT_TIMEOUT_S,
     SAMPLING_FIELDS,
     AssistantMessage,
     ErrorKind,
@@ -615,7 +616,7 @@ class OpenAIChatProvider:
         # The read timeout bounds the silence between chunks, not the whole reply; connect
         # failures should surface fast so the retry layer can act.
         self._client = http_client or httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0))
+            timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S))
         )
 
     def request_for(self, body: bytes) -> httpx.Request:
