@@ -130,3 +130,24 @@ def test_a_keyed_turn_records_itself_in_the_same_two_commits(
     _, commits, _ = _turn(counted, stream=stream, key=key)
     assert commits == 0
     sim.assert_script_done()
+
+
+def test_the_first_turn_after_a_restart_reads_the_log_once(
+    simulator: Simulator, sim: Simulator, tmp_path: Path
+) -> None:
+    """The live log is not in memory after a restart: the opening unit reads it from the
+    database once, for the open-call check and the repair both (it read it twice)."""
+    env = sim_env(simulator.base_url, COURIER_METRICS_API_KEY=METRICS_KEY)
+    server = Server(data_dir=tmp_path / "data", env=env).start()
+    sim.script([{"reply": {"text": "first"}}, {"reply": {"text": "second"}}])
+    try:
+        sid, _, _ = _turn(server, stream=True)
+        server.stop()
+        server.start()
+        _, commits, statements = _turn(server, stream=True, session=sid)
+    finally:
+        server.stop()
+    sim.assert_script_done()
+    assert commits == 2
+    # The same bound as a continued session whose log is in memory: 25 when it read twice.
+    assert statements <= 24, statements

@@ -23,7 +23,6 @@ from app.agent.cache_planner import StablePrefixRegistry
 from app.agent.compressor import Compressor
 from app.agent.continuity import VisibleMessage, chain, extend, scope_seed
 from app.agent.events import ClientToolCalls, TurnEvent, TurnFinished, TurnText
-from app.agent.live_projection import projections_for
 from app.agent.profiles import Profiles
 from app.agent.projection import INTERRUPTED_RESULT
 from app.agent.prompt import stable_tier
@@ -33,7 +32,7 @@ from app.agent.refusals import (
     SpendRefused,
     UnknownToolCall,
 )
-from app.agent.repair import close_unanswered_calls
+from app.agent.repair import close_unanswered_calls, open_calls
 from app.agent.session_setup import SessionSetup
 from app.agent.spend_caps import SpendCaps, price_override
 from app.agent.tool_snapshot import (
@@ -291,8 +290,8 @@ class SessionLifecycle:
         session = place.session
         results = [m for m in place.new if m.row is not None and m.row.role == "tool"]
         answered = {m.row.tool_call_id for m in results if m.row is not None}
-        live = self.store.active_messages(session_id=session.id)
-        open_ids = {cid for cid, _ in projections_for(self.store).unanswered(session.id, live)}
+        unanswered = open_calls(self.store, session.id)
+        open_ids = {cid for cid, _ in unanswered}
         for m in results:
             assert m.row is not None
             if m.row.tool_call_id not in open_ids:
@@ -304,6 +303,7 @@ class SessionLifecycle:
             turn_id=None,
             result=INTERRUPTED_RESULT,
             keep=answered,
+            unanswered=unanswered,
         )
         if closed:
             log.warning("session %s: closed %d interrupted tool call(s)", session.id, closed)

@@ -14,6 +14,7 @@ def close_unanswered_calls(
     turn_id: str | None,
     result: str,
     keep: set[str | None] | None = None,
+    unanswered: list[tuple[str, str]] | None = None,
 ) -> int:
     """Append a synthetic error result for each open call; returns how many were closed.
 
@@ -21,12 +22,11 @@ def close_unanswered_calls(
     call: appended later, it would sit behind the user turn and break the transcript.
     """
     # `keep`: calls the request being appended answers itself (a client tool's result).
-    live = store.active_messages(session_id=session_id)
-    pending = [
-        (cid, name)
-        for cid, name in projections_for(store).unanswered(session_id, live)
-        if not keep or cid not in keep
-    ]
+    # `unanswered`: the open calls, when the caller has just read them (reading them again
+    # means a second pass over a session's whole log on its first turn after a restart).
+    if unanswered is None:
+        unanswered = open_calls(store, session_id)
+    pending = [(cid, name) for cid, name in unanswered if not keep or cid not in keep]
     if pending:
         store.append_messages(
             session_id=session_id,
@@ -40,3 +40,9 @@ def close_unanswered_calls(
             ],
         )
     return len(pending)
+
+
+def open_calls(store: Store, session_id: str) -> list[tuple[str, str]]:
+    """(call id, tool name) of every call in the live log without a result yet."""
+    live = store.active_messages(session_id=session_id)
+    return projections_for(store).unanswered(session_id, live)
