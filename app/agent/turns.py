@@ -10,13 +10,14 @@ import asyncio
 import logging
 import secrets
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from functools import partial
 from typing import Literal
 
-from app.agent.events import TurnError, TurnEvent, TurnFinished
+from app.agent.events import TurnError, TurnEvent, TurnFinished, TurnText
 from app.agent.loop import run_turn
 from app.agent.refusals import SessionBusy as SessionBusy
 from app.agent.turn_context import Mailbox, TurnContext
@@ -61,11 +62,58 @@ NOT_STORED = TurnError(
 )
 
 
+class SealedHistory:
+    """A finished turn's events, kept for replays (a reattaching retry, `/events`) in a
+    fraction of the memory: each text delta was an object of its own (40 for a short
+    answer), and thousands of finished turns are kept. The runs of text become one string
+    and their lengths; every other event stays as it was. `events()` gives back equal ones.
+    """
+
+    __slots__ = ("_layout", "_others", "_text")
+
+    def __init__(self, text: str, layout: array[int], others: tuple[TurnEvent, ...]) -> None:
+        self._text = text
+        self._layout = layout
+        """Per event: its text's length (>= 0), or -(1 + its index in `_others`)."""
+        self._others = others
+
+    @classmethod
+    def of(cls, events: list[TurnEvent]) -> SealedHistory:
+        texts: list[str] = []
+        layout = array("q")
+        others: list[TurnEvent] = []
+        for event in events:
+            if type(event) is TurnText:
+                texts.append(event.text)
+                layout.append(len(event.text))
+            else:
+                layout.append(-1 - len(others))
+                others.append(event)
+        return cls("".join(texts), layout, tuple(others))
+
+    def events(self) -> tuple[TurnEvent, ...]:
+        out: list[TurnEvent] = []
+        at = 0
+        text, others = self._text, self._others
+        for n in self._layout:
+            if n >= 0:
+                out.append(TurnText(text[at : at + n]))
+                at += n
+            else:
+                out.append(others[-1 - n])
+        return tuple(out)
+
+    def __len__(self) -> int:
+        return len(self._layout)
+
+
 class TurnHandle:
     def __init__(self, turn_id: str, session_id: str) -> None:
         self.turn_id = turn_id
         self.session_id = session_id
-        self._history: list[TurnEvent] = []
+        self._history: list[TurnEvent] | SealedHistory = []
+        """The events so far; once the turn has ended, sealed (see `SealedHistory`). One
+        attribute, read once per access: the writer thread reads it while the loop seals."""
         self._queues: list[asyncio.Queue[TurnEvent]] = []
         self.task: asyncio.Task[TurnFinished] | None = None
         self.idempotency: tuple[str, str] | None = None
@@ -97,18 +145,28 @@ class TurnHandle:
         return self.outcome is not None and self.outcome.exit_reason == "cancelled"
 
     def publish(self, event: TurnEvent) -> None:
-        self._history.append(event)
+        history = self._history
+        if isinstance(history, SealedHistory):  # not expected after the end; never lost
+            history = self._history = list(history.events())
+        history.append(event)
         for queue in self._queues:
             queue.put_nowait(event)
 
     def history(self) -> tuple[TurnEvent, ...]:
-        return tuple(self._history)
+        history = self._history
+        return tuple(history) if isinstance(history, list) else history.events()
+
+    def seal(self) -> None:
+        """The turn has ended: keep its events compactly for replays (see `SealedHistory`)."""
+        history = self._history
+        if isinstance(history, list):
+            self._history = SealedHistory.of(history)
 
     def subscribe(self, after: int = 0) -> asyncio.Queue[TurnEvent]:
         """A queue of the turn's events after the first `after` (from its start by default),
         ending with `TurnFinished`. An event's sequence number is its 1-based position."""
         queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
-        for event in self._history[after:]:
+        for event in self.history()[after:]:
             queue.put_nowait(event)
         self._queues.append(queue)
         return queue
@@ -197,8 +255,18 @@ class TurnManager:
     def remember_twin(self, handle: TurnHandle, owner: str, digest: str) -> None:
         self._by_digest[(owner, digest)] = handle
         self._by_digest.move_to_end((owner, digest))
-        while len(self._by_digest) > MAX_REMEMBERED:
-            self._by_digest.popitem(last=False)
+        # A turn finished longer ago than any retry window is nobody's twin: held until
+        # 10,000 newer ones pushed it out, a busy server kept every answer of the last few
+        # minutes (and the collector walked them all).
+        horizon = time.monotonic() - RETRY_WINDOW_S
+        for _ in range(len(self._by_digest)):
+            oldest_key, oldest = next(iter(self._by_digest.items()))
+            if oldest.finished_at is None:
+                self._by_digest.move_to_end(oldest_key)  # still running: look past it
+            elif oldest.finished_at < horizon or len(self._by_digest) > MAX_REMEMBERED:
+                self._by_digest.popitem(last=False)
+            else:
+                break
 
     def find(self, owner: str, key: str) -> TurnHandle | None:
         """A running or recently finished turn started with this idempotency key."""
@@ -291,6 +359,7 @@ class TurnManager:
                 hook(handle)
             except Exception:
                 log.exception("turn %s: a close hook failed", handle.turn_id)
+        handle.seal()
 
     async def _run(
         self,

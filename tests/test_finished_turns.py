@@ -1,0 +1,124 @@
+"""What the server keeps of a finished turn: its events, sealed compactly, equal on replay;
+and the twin map forgets a turn once no retry window can reach it.
+
+A busy server keeps thousands of finished turns (for a reattaching retry and
+`/v1/sessions/{id}/events`); each text delta was an object of its own, held until 10,000
+newer turns pushed the turn out, so the memory and the collector's walk grew with traffic.
+"""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+from pathlib import Path
+
+from app.agent.events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ClientToolCalls,
+    ToolFinished,
+    ToolStarted,
+    TurnError,
+    TurnEvent,
+    TurnFinished,
+    TurnReasoning,
+    TurnText,
+)
+from app.agent.turns import MAX_REMEMBERED, RETRY_WINDOW_S, SealedHistory, TurnHandle, TurnManager
+from app.db.store import Store
+from app.metrics import Metrics
+from app.providers.base import ToolCall
+from app.providers.pricing import Cost
+from app.providers.usage import Usage
+
+FINISHED = TurnFinished(
+    "completed",
+    "stop",
+    Usage(input_tokens=12, output_tokens=7, cache_read_tokens=3),
+    Cost(Decimal("0.000123456789"), "estimated", "genai-prices 0.2.3"),
+    2,
+    iterations=2,
+    tools_ran=1,
+)
+
+EVENTS: list[TurnEvent] = [
+    TurnText(""),
+    TurnReasoning("thinking…"),
+    TurnText("Hel"),
+    TurnText("lo, wörld \u2028 "),
+    TurnText(""),
+    ToolStarted("call_1", "terminal"),
+    ApprovalRequested("ap_1", "call_1", "terminal", "rm -rf x", 1.5e9, grantable=False),
+    ApprovalResolved("ap_1", "call_1", "denied"),
+    ToolFinished("call_1", "terminal", True, 12.5),
+    TurnText("🙂 done"),
+    ClientToolCalls((ToolCall("call_2", "lookup", '{"q": 1}'),)),
+    TurnFinished(
+        "upstream_error",
+        "stop",
+        Usage(),
+        Cost.zero(),
+        1,
+        error=TurnError("slow down", "rate_limit_error", "rate_limited", True, 2.0),
+    ),
+    FINISHED,
+]
+
+
+def test_a_sealed_history_gives_back_equal_events_in_order() -> None:
+    sealed = SealedHistory.of(EVENTS)
+    assert sealed.events() == tuple(EVENTS)
+    assert len(sealed) == len(EVENTS)
+    assert SealedHistory.of([]).events() == ()
+
+
+def test_a_finished_handle_replays_the_same_events_from_any_point() -> None:
+    live = TurnHandle("turn_a", "s-1")
+    sealed = TurnHandle("turn_b", "s-1")
+    for event in EVENTS:
+        live.publish(event)
+        sealed.publish(event)
+    sealed.seal()
+    assert sealed.history() == live.history() == tuple(EVENTS)
+    for after in (0, 1, 5, len(EVENTS) - 1, len(EVENTS)):
+        queue = sealed.subscribe(after)
+        assert [queue.get_nowait() for _ in range(queue.qsize())] == EVENTS[after:]
+    # An event after the seal (not expected) is kept, not lost.
+    sealed.publish(TurnText("late"))
+    assert sealed.history() == (*EVENTS, TurnText("late"))
+
+
+def _manager(tmp_path: Path) -> TurnManager:
+    return TurnManager(Store.open(tmp_path / "courier.db"), Metrics())
+
+
+def _finished(turns: TurnManager, owner: str, digest: str, age_s: float) -> TurnHandle:
+    handle = turns.new_handle()
+    turns.remember_twin(handle, owner, digest)
+    handle.outcome = FINISHED
+    handle.finished_at = time.monotonic() - age_s
+    return handle
+
+
+def test_a_turn_past_every_retry_window_is_forgotten(tmp_path: Path) -> None:
+    turns = _manager(tmp_path)
+    old = _finished(turns, "alice", "d-old", RETRY_WINDOW_S + 1)
+    running = turns.new_handle()  # remembered before the old one ends: order must not matter
+    turns.remember_twin(running, "alice", "d-running")
+    recent = _finished(turns, "alice", "d-recent", 1.0)
+    # A retry within its window still finds the recent one (and the running one).
+    assert turns.find_twin("alice", "d-recent", marked_retry=True) is recent
+    assert turns.find_twin("alice", "d-old", marked_retry=True) is None
+    _finished(turns, "bob", "d-next", 0.0)  # any new turn sweeps what no window reaches
+    assert turns.find_twin("alice", "d-running", marked_retry=False) is running
+    assert turns.find_twin("alice", "d-recent", marked_retry=True) is recent
+    assert ("alice", "d-old") not in turns._by_digest
+    assert old not in turns._by_digest.values()
+
+
+def test_the_twin_map_stays_bounded_by_count_too(tmp_path: Path) -> None:
+    turns = _manager(tmp_path)
+    for i in range(MAX_REMEMBERED + 5):
+        _finished(turns, "alice", f"d-{i}", 1.0)
+    assert len(turns._by_digest) == MAX_REMEMBERED
+    assert ("alice", "d-0") not in turns._by_digest
