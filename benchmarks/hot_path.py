@@ -492,6 +492,26 @@ def bench_rss(rig: Rig, count: int, wait_s: float) -> None:
     time.sleep(2)  # let the server finish cancelling the turns before the next section
 
 
+def bench_kept(rig: Rig, turns: int) -> None:
+    """What a finished turn leaves in the server's memory: its events are kept for a
+    retry's reattach and `/v1/sessions/{id}/events` (up to 10,000 turns)."""
+    print(f"Memory kept per finished turn ({turns} new sessions, 40-chunk answers)")
+    rig.reset()
+    answer = text_of(40)
+    warm = 200  # past the first requests' one-off allocations (imports, caches, pools)
+    rig.script([{"reply": {"text": answer}}] * (warm + turns))
+    for i in range(warm):
+        rig.turn(content=f"warm-up {i}")
+    before = rss_mb(rig.server.pid)
+    for i in range(turns):
+        rig.turn(content=f"question {i}")
+    per_turn = (rss_mb(rig.server.pid) - before) * 1024 / turns
+    print(
+        f"  server RSS +{per_turn:.1f} KB per finished turn "
+        f"(its answer {len(answer)} B, ratio {per_turn * 1024 / len(answer):.0f}x)"
+    )
+
+
 # ---------------------------------------------------------------------------- search
 
 
@@ -583,7 +603,7 @@ def bench_search(rows: int, repeats: int) -> None:
         )
 
 
-SECTIONS = ("cpu", "growth", "ttft", "conns", "rss", "search")
+SECTIONS = ("cpu", "growth", "ttft", "conns", "rss", "kept", "search")
 
 
 def main() -> int:
@@ -601,6 +621,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--kept", type=int, default=2000, help="turns for the kept section")
     parser.add_argument("--wire", choices=sorted(WIRES), default="openai")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -612,6 +633,7 @@ def main() -> int:
         ("ttft", lambda rig: bench_ttft(rig, 40, args.workers, args.seconds)),
         ("conns", lambda rig: bench_conns(rig, 20)),
         ("rss", lambda rig: bench_rss(rig, args.streams, 90)),
+        ("kept", lambda rig: bench_kept(rig, args.kept)),
     ]
     wanted = [(name, run) for name, run in sections if name in only]
     if wanted:
