@@ -15,6 +15,7 @@ from app.routes.event_stream import ServerSentEvent
 from app.tools.registry import Tool, ToolRegistry
 
 TRICKY = ["hi", "", 'quote " backslash \\ newline \n tab \t', "\u2028\u2029 é 😀 \x01 \x00", "}]"]
+TRICKY += ["\x7f \x1f \x08 \x0c \r", "\ud800 a lone surrogate"]  # the last: json's path
 
 
 @pytest.mark.parametrize("include_usage", [False, True])
