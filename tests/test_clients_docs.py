@@ -248,7 +248,7 @@ def field_rows() -> list[tuple[str, Any, str, str]]:
 
 
 def refused_param(field: str) -> str:
-    """The `param` a refusal names: the field, unless the notes say `param \`X\``."""
+    r"""The `param` a refusal names: the field, unless the notes say `param \`X\``."""
     table = _FIELDS.search(DOC.read_text())
     assert table is not None
     for line in table.group(1).splitlines():
