@@ -24,7 +24,14 @@ from app.agent.events import (
     TurnReasoning,
     TurnText,
 )
-from app.agent.turns import MAX_REMEMBERED, RETRY_WINDOW_S, SealedHistory, TurnHandle, TurnManager
+from app.agent.turns import (
+    MAX_REMEMBERED,
+    RETRY_WINDOW_S,
+    RUNNING_PASSED,
+    SealedHistory,
+    TurnHandle,
+    TurnManager,
+)
 from app.db.store import Store
 from app.metrics import Metrics
 from app.providers.base import ToolCall
@@ -122,3 +129,22 @@ def test_the_twin_map_stays_bounded_by_count_too(tmp_path: Path) -> None:
         _finished(turns, "alice", f"d-{i}", 1.0)
     assert len(turns._by_digest) == MAX_REMEMBERED
     assert ("alice", "d-0") not in turns._by_digest
+
+
+def test_the_sweep_steps_past_a_few_running_turns_per_new_one(tmp_path: Path) -> None:
+    turns = _manager(tmp_path)
+    running = []
+    for i in range(20):
+        handle = turns.new_handle()
+        turns.remember_twin(handle, "alice", f"d-run-{i}")
+        running.append(handle)
+    _finished(turns, "alice", "d-old", RETRY_WINDOW_S + 1)
+    before = list(turns._by_digest)
+    turns.remember_twin(turns.new_handle(), "bob", "d-new-0")
+    # Only RUNNING_PASSED of the twenty went to the back: no walk over every running turn.
+    moved = [key for key in before if list(turns._by_digest).index(key) > before.index(key)]
+    assert len(moved) == RUNNING_PASSED
+    for i in range(1, 4):
+        turns.remember_twin(turns.new_handle(), "bob", f"d-new-{i}")
+    assert ("alice", "d-old") not in turns._by_digest
+    assert all(turns.find_twin("alice", f"d-run-{i}", marked_retry=False) for i in range(20))

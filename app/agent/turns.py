@@ -51,6 +51,9 @@ TWIN_WINDOW_S = 5.0
 RETRY_WINDOW_S = 120.0
 """How long a request the SDK marks as a retry (`x-stainless-retry-count` >= 1) may still
 reattach to the finished turn it repeats."""
+RUNNING_PASSED = 8
+"""Running turns the twin map's sweep steps past per new turn: enough to reach the finished
+ones behind them over a few turns, never a walk over every turn in flight on each."""
 
 OnFinish = Callable[["TurnHandle", TurnFinished], None]
 CLOSE_RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -259,12 +262,15 @@ class TurnManager:
         # 10,000 newer ones pushed it out, a busy server kept every answer of the last few
         # minutes (and the collector walked them all).
         horizon = time.monotonic() - RETRY_WINDOW_S
-        for _ in range(len(self._by_digest)):
+        passed = 0
+        while self._by_digest:
             oldest_key, oldest = next(iter(self._by_digest.items()))
-            if oldest.finished_at is None:
-                self._by_digest.move_to_end(oldest_key)  # still running: look past it
-            elif oldest.finished_at < horizon or len(self._by_digest) > MAX_REMEMBERED:
+            ended = oldest.finished_at
+            if len(self._by_digest) > MAX_REMEMBERED or (ended is not None and ended < horizon):
                 self._by_digest.popitem(last=False)
+            elif ended is None and passed < RUNNING_PASSED:
+                self._by_digest.move_to_end(oldest_key)  # still running: look past it
+                passed += 1
             else:
                 break
 
