@@ -78,7 +78,7 @@ def test_a_text_turn_commits_twice(counted: Server, sim: Simulator, stream: bool
     assert commits == 2
     # Today's reads and writes (one lease fence per transaction, the index insert reading
     # the compaction count itself); this bound catches a query added to the path.
-    assert statements <= 21, statements
+    assert statements <= 20, statements
     for _ in range(2):
         _, commits, statements = _turn(counted, stream=stream, session=sid)
         assert commits == 2
@@ -94,7 +94,7 @@ def test_a_tool_turn_adds_only_intent_and_result_commits(counted: Server, sim: S
     sim.assert_script_done()
     # Before the call, intent (the assistant's calls), the one result, after the call.
     assert commits == 4
-    assert statements <= 35, statements
+    assert statements <= 33, statements
     # Every one of them on the store's writer thread, the tool result's too.
     assert _metrics(counted)["courier_db_loop_commits_total"] - on_loop == 0
 

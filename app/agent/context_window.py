@@ -87,16 +87,18 @@ async def preflight(
     return _checked(ctx, rough, session, rows)
 
 
-def observe(ctx: TurnContext, *, rough_at_call: int, usage: Usage | None) -> None:
+def observe(ctx: TurnContext, checked: Preflight, *, usage: Usage | None) -> None:
+    """Record the call's billed prompt against the preflight's estimate.
+
+    The row the preflight read is still the truth for what this reads (the verdict latch
+    and strike count: only a compaction, done before that read, and this call change
+    them, under the turn's lease); reading it again cost a query per upstream call."""
     if ctx.compressor is None:
-        return
-    session = ctx.store.get_session(session_id=ctx.session_id)
-    if session is None:
         return
     observe_response(
         ctx.store,
-        session,
-        rough_at_call=rough_at_call,
+        checked.session,
+        rough_at_call=checked.rough,
         usage=usage,
         threshold=threshold_tokens(ctx.profile),
         lease=ctx.lease,

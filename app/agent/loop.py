@@ -217,7 +217,7 @@ async def call_model(
         raise
     reply = state.in_flight
     record_call(ctx, state, reply.usage or Usage(), started, first_byte, "ok", cache_break)
-    observe(ctx, rough_at_call=checked.rough, usage=reply.usage)
+    observe(ctx, checked, usage=reply.usage)
     return reply
 
 
