@@ -22,9 +22,23 @@ RANGE = (40000, 40003)
 TAKEN = "40000:40002"  # three of the four: only 40003 is really free
 ELSEWHERE = "127.0.0.1:40009"  # nothing listens there: a mapping whose container is gone
 
+
+def _netns_works() -> bool:
+    """A user and network namespace with a NAT table in it can be made here."""
+    if not (shutil.which("unshare") and shutil.which("iptables") and shutil.which("ip")):
+        return False
+    probe = subprocess.run(
+        ["unshare", "-rn", "iptables", "-t", "nat", "-S", "OUTPUT"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
 needs_netns = pytest.mark.skipif(
-    not (shutil.which("unshare") and shutil.which("iptables") and shutil.which("ip")),
-    reason="needs unshare, ip and iptables (make test installs iptables)",
+    not _netns_works(),
+    reason="needs unshare -rn, ip and iptables with NAT (make test installs iptables)",
 )
 
 
