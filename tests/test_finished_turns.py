@@ -87,6 +87,7 @@ def test_a_finished_handle_replays_the_same_events_from_any_point() -> None:
         sealed.publish(event)
     sealed.seal()
     assert sealed.history() == live.history() == tuple(EVENTS)
+    assert sealed.event_count() == live.event_count() == len(EVENTS)
     for after in (0, 1, 5, len(EVENTS) - 1, len(EVENTS)):
         queue = sealed.subscribe(after)
         assert [queue.get_nowait() for _ in range(queue.qsize())] == EVENTS[after:]

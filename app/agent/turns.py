@@ -159,6 +159,10 @@ class TurnHandle:
         history = self._history
         return tuple(history) if isinstance(history, list) else history.events()
 
+    def event_count(self) -> int:
+        """How many events the turn has published (an event's sequence number is its place)."""
+        return len(self._history)
+
     def seal(self) -> None:
         """The turn has ended: keep its events compactly for replays (see `SealedHistory`)."""
         history = self._history

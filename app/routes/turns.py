@@ -143,7 +143,7 @@ async def turn_events(
 async def _frames(handle: TurnHandle, after: int, keepalive_s: float) -> AsyncIterator[Any]:
     """Events after `after` (the SSE `id` is the sequence number), then the live ones;
     ends after `finished`. Watching never stops the turn: it is not the turn's client."""
-    if handle.finished_at is not None and after >= len(handle.history()):
+    if handle.finished_at is not None and after >= handle.event_count():
         return  # nothing missed and nothing more to come: waiting would hang the client
     queue = handle.subscribe(after)
     seq = after
