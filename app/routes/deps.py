@@ -15,9 +15,13 @@ from app.state import AppState
 # dependency in the thread pool, a thread hop per request (about 1 ms of CPU for three).
 
 
-async def get_state(request: Request) -> AppState:
+def state_of(request: Request) -> AppState:
     state: AppState = request.app.state.courier
     return state
+
+
+async def get_state(request: Request) -> AppState:
+    return state_of(request)
 
 
 StateDep = Annotated[AppState, Depends(get_state)]
