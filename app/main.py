@@ -215,7 +215,9 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
 async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-    return ApiError(exc.status_code, str(exc.detail), code=code).response()
+    # Starlette's headers carry the 405's `Allow`, which a client needs to correct itself.
+    headers = dict(exc.headers or {})
+    return ApiError(exc.status_code, str(exc.detail), code=code, headers=headers).response()
 
 
 async def _unhandled(_request: Request, exc: Exception) -> JSONResponse:

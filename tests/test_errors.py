@@ -135,6 +135,17 @@ def test_unknown_route_is_openai_shaped(server: Server) -> None:
     _error(httpx.get(f"{server.base_url}/v1/nothing", headers=server.headers()), 404)
 
 
+@pytest.mark.parametrize("path", [URL, "/v1/responses"])
+def test_turn_routes_answer_other_methods_and_bad_keys_in_shape(server: Server, path: str) -> None:
+    # The turn routes are `DirectRoute`s (no FastAPI request handler): routing, the 405
+    # and the key check before the body is read must be what every other route gives.
+    wrong = httpx.get(f"{server.base_url}{path}", headers=server.headers())
+    _error(wrong, 405)
+    assert wrong.headers["allow"] == "POST"
+    unread = httpx.post(f"{server.base_url}{path}", content=b"[not json", timeout=30)
+    assert _error(unread, 401)["type"] == "authentication_error"
+
+
 def test_models_listing(client: OpenAI) -> None:
     models = client.models.list()
     assert [m.id for m in models.data] == ["courier"]

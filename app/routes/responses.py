@@ -36,6 +36,7 @@ from app.routes.deps import (
     state_of,
     turn_slot,
 )
+from app.routes.direct import DirectRoute
 from app.security.auth import CHAT, Principal
 from app.state import AppState
 
@@ -70,9 +71,8 @@ def parse_request(body: bytes) -> ResponseCreateRequest:
         raise validation_error(exc) from None
 
 
-@router.post("/v1/responses")
 async def create_response(request: Request) -> Response:
-    # Inline for the reason `chat_completions` gives: the dependency solver's cost per turn.
+    # Resolved here, not through `Depends`: the route is a `DirectRoute` (app/routes/direct.py).
     state = state_of(request)
     principal = authenticate(request, state, CHAT)
     raw = await read_limited_body(request, state.settings.max_body_bytes)
@@ -131,6 +131,11 @@ async def create_response(request: Request) -> Response:
         )
     run.handle.delivered = True
     return JSONResponse(final, headers=headers)
+
+
+router.add_api_route(
+    "/v1/responses", create_response, methods=["POST"], route_class_override=DirectRoute
+)
 
 
 async def frames(
