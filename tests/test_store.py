@@ -185,3 +185,42 @@ def test_bulk_paths_round_trip_every_field(tmp_path: Path) -> None:
     rows = con.execute("SELECT reasoning, active, compacted FROM message ORDER BY id").fetchall()
     con.close()
     assert rows == [("r", 1, 0), ("r", 1, 0)]
+
+
+def test_the_writer_thread_keeps_one_connection_and_drops_a_failed_one(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    from sqlalchemy import event
+
+    store = Store.open(tmp_path / "c.db")
+    checkouts: list[str] = []
+    event.listen(
+        store.engine.pool, "checkout", lambda *_: checkouts.append(threading.current_thread().name)
+    )
+
+    def create(n: int) -> None:
+        with store.unit():
+            store.create_session(session_id=f"s{n}", owner="k", profile="courier", system_prompt="")
+
+    def fail() -> None:
+        with store.unit():
+            store.create_session(session_id="lost", owner="k", profile="courier", system_prompt="")
+            raise RuntimeError("the unit fails after its write")
+
+    async def run() -> None:
+        for n in range(5):
+            await store.off_loop(lambda n=n: create(n))
+        with pytest.raises(RuntimeError):
+            await store.off_loop(fail)
+        await store.off_loop(lambda: create(5))
+
+    asyncio.run(run())
+    writer = [name for name in checkouts if name.startswith("courier-store")]
+    # One connection for the five units, a fresh one after the failed unit dropped it.
+    assert len(writer) == 2, checkouts
+    assert store.get_session(session_id="lost") is None
+    assert all(store.get_session(session_id=f"s{n}") is not None for n in range(6))
+    store.close()
+    assert store.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    store.close()  # twice is harmless

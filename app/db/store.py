@@ -18,6 +18,7 @@ A text turn commits twice, by two mechanisms:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import ctypes
 import json
@@ -270,7 +271,7 @@ class Store:
         self._lost: set[tuple[str, str]] = set()
         """(session, lease) whose deferred reply was refused: reported by `close_turn`."""
         self._writer = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="courier-store", initializer=_name_os_thread
+            max_workers=1, thread_name_prefix="courier-store", initializer=self._start_writer
         )
         """The thread a turn's two transactions run on: a slow write (a 10,000-message
         request, a disk that stalls) then holds that one thread, not every stream."""
@@ -280,8 +281,34 @@ class Store:
         return cls(make_engine(db_path))
 
     def close(self) -> None:
-        self._writer.shutdown(wait=True)  # a turn's closing commit still in flight lands
+        # A turn's closing commit still in flight lands first, then the writer's own
+        # connection goes back, on its thread, before the pool is disposed.
+        # RuntimeError: closed before, and the writer took its connection with it.
+        with contextlib.suppress(RuntimeError):
+            self._writer.submit(self._drop_writer_connection).result()
+        self._writer.shutdown(wait=True)
         self.engine.dispose()
+
+    def _start_writer(self) -> None:
+        _name_os_thread()
+        self._unit.writer = True
+
+    def _unit_connection(self) -> tuple[Connection, bool]:
+        """(connection, kept) for a new unit. The writer thread keeps one connection
+        for all its units: a pool checkout, a `Connection` and its reset-on-return cost
+        about 0.3 ms of CPU per turn for the two units every turn runs there."""
+        if not getattr(self._unit, "writer", False):
+            return self.engine.connect(), False
+        conn: Connection | None = getattr(self._unit, "kept", None)
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._unit.kept = self.engine.connect()
+        return conn, True
+
+    def _drop_writer_connection(self) -> None:
+        conn: Connection | None = getattr(self._unit, "kept", None)
+        self._unit.kept = None
+        if conn is not None:
+            conn.close()
 
     async def off_loop(self, work: Callable[[], T]) -> T:
         """Run `work` (synchronous store calls, usually one `unit()`) on the store's writer
@@ -326,7 +353,8 @@ class Store:
         if getattr(self._unit, "conn", None) is not None:
             yield
             return
-        with _as_persistence_error(), self.engine.connect() as conn:
+        with _as_persistence_error():
+            conn, kept = self._unit_connection()
             self._unit.conn = conn
             self._unit.fenced = set()
             try:
@@ -335,11 +363,20 @@ class Store:
                 yield
                 conn.commit()
             except BaseException:
-                conn.rollback()
                 self._unit.conn = self._unit.fenced = None
+                try:
+                    conn.rollback()
+                finally:
+                    # A kept connection that failed is not trusted with the next unit.
+                    if kept:
+                        self._drop_writer_connection()
+                    else:
+                        conn.close()
                 self._rolled_back()
                 raise
             self._unit.conn = self._unit.fenced = None
+            if not kept:
+                conn.close()
         self._committed()
 
     def _session(self, *, expire_on_commit: bool = True) -> Session:
