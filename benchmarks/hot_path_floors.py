@@ -175,6 +175,173 @@ def relay_app(upstream: str, *, lean: bool = False) -> Any:
     return app
 
 
+STACK_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS session (id TEXT PRIMARY KEY, owner TEXT, prompt TEXT,"
+    " calls INTEGER, cost TEXT, lease TEXT)",
+    "CREATE TABLE IF NOT EXISTS message (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT,"
+    " content TEXT)",
+    "CREATE TABLE IF NOT EXISTS turn (id TEXT PRIMARY KEY, session_id TEXT, status TEXT)",
+    "CREATE TABLE IF NOT EXISTS api_call (id INTEGER PRIMARY KEY, session_id TEXT,"
+    " input INTEGER, output INTEGER, cost TEXT)",
+)
+
+
+def stack_app(upstream: str) -> Any:
+    """The thinnest Courier-shaped turn the design card's packages allow, each on its
+    fast path: FastAPI behind Courier's middleware on a `DirectRoute`, the request
+    validated by Courier's pydantic model, two SQLite transactions on a writer thread
+    with one kept SQLAlchemy connection (a session, the user message and a turn before
+    the call; the reply, a usage row, the session roll-up and the turn's end after it),
+    the upstream call through httpx on `LeanTransport` with an orjson body, every chunk
+    parsed with orjson and re-rendered by Courier's templates, one genai-prices
+    `calc_price`. No agent logic at all: what any Courier request costs before its own."""
+    import asyncio
+    import atexit
+    import shutil
+    import tempfile
+    import uuid
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    import genai_prices
+    import orjson
+    from fastapi import APIRouter
+    from sqlalchemy import create_engine
+
+    from app.protocol.openai import ChatCompletionRequest
+    from app.protocol.render import CompletionRenderer
+    from app.providers.transport import LeanTransport
+    from app.routes.cors import CorsMiddleware
+    from app.routes.direct import DirectRoute
+    from app.routes.event_stream import EventSourceResponse, ServerSentEvent
+    from app.routes.head import HeadAsGet
+    from app.security.headers import SecurityHeaders
+
+    db = Path(tempfile.mkdtemp(prefix="courier-floor-")) / "floor.db"
+    atexit.register(shutil.rmtree, db.parent, True)
+    engine = create_engine(f"sqlite:///{db}", connect_args={"check_same_thread": False})
+    writer = ThreadPoolExecutor(max_workers=1)
+    kept: list[Any] = []
+
+    def dbapi() -> Any:
+        if not kept:
+            conn = engine.connect()
+            raw: Any = conn.connection.dbapi_connection
+            raw.execute("PRAGMA journal_mode=WAL")
+            raw.execute("PRAGMA synchronous=NORMAL")
+            for ddl in STACK_SCHEMA:
+                raw.execute(ddl)
+            kept.append(conn)
+        return kept[0].connection.dbapi_connection
+
+    def open_turn(sid: str, owner: str, text: str) -> None:
+        raw = dbapi()
+        raw.execute("BEGIN")
+        raw.execute(
+            "INSERT INTO session (id, owner, prompt, calls, cost, lease)"
+            " VALUES (?, ?, ?, 0, '0', ?)",
+            (sid, owner, "You are Courier.", "L"),
+        )
+        raw.execute(
+            "INSERT INTO message (session_id, role, content) VALUES (?, 'user', ?)", (sid, text)
+        )
+        raw.execute(
+            "INSERT INTO turn (id, session_id, status) VALUES (?, ?, 'running')", (sid, sid)
+        )
+        raw.commit()
+
+    def close_turn(sid: str, reply: str, usage: dict[str, int], cost: str) -> None:
+        raw = dbapi()
+        raw.execute("BEGIN")
+        raw.execute(
+            "INSERT INTO message (session_id, role, content) VALUES (?, 'assistant', ?)",
+            (sid, reply),
+        )
+        raw.execute(
+            "INSERT INTO api_call (session_id, input, output, cost) VALUES (?, ?, ?, ?)",
+            (sid, usage["prompt_tokens"], usage["completion_tokens"], cost),
+        )
+        raw.execute(
+            "UPDATE session SET calls = calls + 1, cost = ?, lease = NULL"
+            " WHERE id = ? AND lease = 'L'",
+            (cost, sid),
+        )
+        raw.execute("UPDATE turn SET status = 'done' WHERE id = ?", (sid,))
+        raw.commit()
+
+    client = httpx.AsyncClient(
+        timeout=30,
+        limits=httpx.Limits(max_keepalive_connections=20),
+        transport=LeanTransport(max_connections=20),
+    )
+    loop_run = asyncio.get_running_loop
+
+    async def frames(
+        sid: str, chat: ChatCompletionRequest
+    ) -> AsyncIterator[ServerSentEvent | bytes]:
+        renderer = CompletionRenderer(chat.model)
+        yield ServerSentEvent(data=renderer.role_chunk(), sep="\n")
+        body = orjson.dumps(
+            {
+                "model": "gpt-4o-mini",
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "messages": [{"role": "system", "content": "You are Courier."}]
+                + [m.model_dump(exclude_none=True) for m in chat.messages],
+            }
+        )
+        headers = {"authorization": "Bearer floor", "content-type": "application/json"}
+        reply: list[str] = []
+        usage = {"prompt_tokens": 0, "completion_tokens": 0}
+        async with client.stream("POST", upstream, content=body, headers=headers) as resp:
+            buffer = b""
+            async for raw in resp.aiter_bytes():
+                buffer += raw
+                *events, buffer = buffer.split(b"\n\n")
+                out = []
+                for event in events:
+                    if not event.startswith(b"data: {"):
+                        continue
+                    chunk = orjson.loads(event[6:])
+                    usage = chunk.get("usage") or usage
+                    choices = chunk.get("choices") or ()
+                    text = choices[0].get("delta", {}).get("content") if choices else None
+                    if text:
+                        reply.append(text)
+                        out.append(
+                            ServerSentEvent(data=renderer.text_chunk(text), sep="\n").encode()
+                        )
+                if out:
+                    yield b"".join(out)
+        price = genai_prices.calc_price(
+            genai_prices.Usage(
+                input_tokens=usage["prompt_tokens"], output_tokens=usage["completion_tokens"]
+            ),
+            "gpt-4o-mini",
+            provider_id="openai",
+        )
+        cost = str(price.total_price)
+        await loop_run().run_in_executor(writer, close_turn, sid, "".join(reply), usage, cost)
+        yield ServerSentEvent(data="[DONE]", sep="\n")
+
+    async def chat(request: Request) -> Any:
+        owner = request.headers.get("authorization", "")
+        chat = ChatCompletionRequest.model_validate(orjson.loads(await request.body()))
+        sid = uuid.uuid4().hex
+        text = str(chat.messages[-1].content)
+        await loop_run().run_in_executor(writer, open_turn, sid, owner[-8:], text)
+        return EventSourceResponse(frames(sid, chat), headers={"X-Session-Id": sid}, sep="\n")
+
+    router = APIRouter(route_class=DirectRoute)
+    router.add_api_route("/v1/chat/completions", chat, methods=["POST"])
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    app.include_router(router)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(CorsMiddleware, origins=())
+    app.add_middleware(SecurityHeaders)
+    return app
+
+
 def serve(kind: str, port: int, upstream: str) -> None:
     import uvicorn
 
@@ -184,6 +351,7 @@ def serve(kind: str, port: int, upstream: str) -> None:
         "fastapi": fastapi_app,
         "relay": lambda: relay_app(upstream),
         "relay-lean": lambda: relay_app(upstream, lean=True),
+        "stack": lambda: stack_app(upstream),
     }
     config = uvicorn.Config(
         app[kind](),
@@ -229,7 +397,7 @@ def server_floor(kind: str, n: int, sim: Rig, http: httpx.Client) -> tuple[float
 
         def run(chunks: int) -> float:
             body: dict[str, Any] = {"chunks": chunks}
-            if kind.startswith("relay"):
+            if kind.startswith("relay") or kind == "stack":
                 sim.script([{"reply": {"text": text_of(chunks)}}] * (n + 5))
                 body = {
                     "model": "gpt-4o-mini",
@@ -385,7 +553,9 @@ def courier_reference(rigs: list[Rig], n: int, block: int = 20) -> list[tuple[fl
     return out
 
 
-SERVERS = ("raw", "fastapi-bare", "fastapi", "relay", "relay-lean")
+STACK_LABEL = "the design card's stack, no agent (server)"
+TARGET_MS = 3.0
+SERVERS = ("raw", "fastapi-bare", "fastapi", "relay", "relay-lean", "stack")
 
 
 def main() -> int:
@@ -394,6 +564,9 @@ def main() -> int:
     parser.add_argument("--serve", choices=SERVERS)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--upstream", default="")
+    parser.add_argument(
+        "--only", default="", help="comma-separated floor servers to run (default: all)"
+    )
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.port, args.upstream)
@@ -420,7 +593,10 @@ def main() -> int:
             ("fastapi", "FastAPI route + Courier middleware (server)"),
             ("relay", "raw ASGI relaying via httpx (server)"),
             ("relay-lean", "the same relay on LeanTransport (server)"),
+            ("stack", STACK_LABEL),
         ):
+            if args.only and kind not in args.only.split(","):
+                continue
             rig.reset()
             rows.append((label, server_floor(kind, n, rig, http)))
         for label, reads in (
@@ -429,6 +605,8 @@ def main() -> int:
             ("httpx + Courier's LeanTransport (client)", _lean_reads),
             ("Courier OpenAIChatProvider.stream (client)", _provider_reads),
         ):
+            if args.only:
+                continue
             rig.reset()
             rows.append((label, client_floor(reads, rig, n)))
         for label, (ms, per_chunk) in rows:
@@ -436,6 +614,13 @@ def main() -> int:
             print(
                 f"  {label:<46} {ms:7.3f} ms   {per_chunk:6.1f} µs/chunk   "
                 f"(ratio to Courier: request {ms / ref:5.3f}x, chunk {chunk_share:5.3f}x)"
+            )
+        stack = dict(rows).get(STACK_LABEL)
+        if stack is not None:
+            print(
+                f"  issue 10's target is {TARGET_MS:.0f} ms per new-session request: the stack "
+                f"alone costs {stack[0]:.2f} ms ({stack[0] / TARGET_MS:.2f}x the target), "
+                f"Courier's own work on top of it {ref - stack[0]:.2f} ms"
             )
     finally:
         http.close()
