@@ -29,9 +29,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
@@ -134,9 +137,25 @@ def fastapi_app(*, middleware: bool = True) -> Any:
     return app
 
 
+async def upstream_chunks(resp: httpx.Response) -> AsyncIterator[list[dict[str, Any]]]:
+    """The upstream's `data: {...}` chunks, parsed with orjson, as each read completes them."""
+    import orjson
+
+    buffer = b""
+    async for raw in resp.aiter_bytes():
+        buffer += raw
+        *events, buffer = buffer.split(b"\n\n")
+        yield [orjson.loads(e[6:]) for e in events if e.startswith(b"data: {")]
+
+
+def chunk_text(chunk: dict[str, Any]) -> str | None:
+    choices = chunk.get("choices") or ()
+    text: str | None = choices[0].get("delta", {}).get("content") if choices else None
+    return text
+
+
 def relay_app(upstream: str, *, lean: bool = False) -> Any:
     """Raw ASGI, relaying to the simulator through one pooled httpx client."""
-    import orjson
 
     from app.providers.transport import LeanTransport
 
@@ -154,18 +173,8 @@ def relay_app(upstream: str, *, lean: bool = False) -> Any:
         await send({"type": "http.response.body", "body": ROLE, "more_body": True})
         headers = {"authorization": "Bearer floor", "content-type": "application/json"}
         async with client.stream("POST", upstream, content=body, headers=headers) as resp:
-            buffer = b""
-            async for raw in resp.aiter_bytes():
-                buffer += raw
-                *events, buffer = buffer.split(b"\n\n")
-                out = []
-                for event in events:
-                    if not event.startswith(b"data: {"):
-                        continue
-                    choices = orjson.loads(event[6:]).get("choices") or ()
-                    text = choices[0].get("delta", {}).get("content") if choices else None
-                    if text:
-                        out.append(text_frame(text))
+            async for chunks in upstream_chunks(resp):
+                out = [text_frame(text) for chunk in chunks if (text := chunk_text(chunk))]
                 if out:
                     await send(
                         {"type": "http.response.body", "body": b"".join(out), "more_body": True}
@@ -186,7 +195,7 @@ STACK_SCHEMA = (
 )
 
 
-def stack_app(upstream: str) -> Any:
+def stack_app(upstream: str, data: Path) -> Any:
     """The thinnest Courier-shaped turn the design card's packages allow, each on its
     fast path: FastAPI behind Courier's middleware on a `DirectRoute`, the request
     validated by Courier's pydantic model, two SQLite transactions on a writer thread
@@ -196,12 +205,8 @@ def stack_app(upstream: str) -> Any:
     parsed with orjson and re-rendered by Courier's templates, one genai-prices
     `calc_price`. No agent logic at all: what any Courier request costs before its own."""
     import asyncio
-    import atexit
-    import shutil
-    import tempfile
     import uuid
     from concurrent.futures import ThreadPoolExecutor
-    from pathlib import Path
 
     import genai_prices
     import orjson
@@ -217,8 +222,7 @@ def stack_app(upstream: str) -> Any:
     from app.routes.head import HeadAsGet
     from app.security.headers import SecurityHeaders
 
-    db = Path(tempfile.mkdtemp(prefix="courier-floor-")) / "floor.db"
-    atexit.register(shutil.rmtree, db.parent, True)
+    db = data / "floor.db"
     engine = create_engine(f"sqlite:///{db}", connect_args={"check_same_thread": False})
     writer = ThreadPoolExecutor(max_workers=1)
     kept: list[Any] = []
@@ -294,19 +298,11 @@ def stack_app(upstream: str) -> Any:
         reply: list[str] = []
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
         async with client.stream("POST", upstream, content=body, headers=headers) as resp:
-            buffer = b""
-            async for raw in resp.aiter_bytes():
-                buffer += raw
-                *events, buffer = buffer.split(b"\n\n")
+            async for chunks in upstream_chunks(resp):
                 out = []
-                for event in events:
-                    if not event.startswith(b"data: {"):
-                        continue
-                    chunk = orjson.loads(event[6:])
+                for chunk in chunks:
                     usage = chunk.get("usage") or usage
-                    choices = chunk.get("choices") or ()
-                    text = choices[0].get("delta", {}).get("content") if choices else None
-                    if text:
+                    if text := chunk_text(chunk):
                         reply.append(text)
                         out.append(
                             ServerSentEvent(data=renderer.text_chunk(text), sep="\n").encode()
@@ -342,7 +338,7 @@ def stack_app(upstream: str) -> Any:
     return app
 
 
-def serve(kind: str, port: int, upstream: str) -> None:
+def serve(kind: str, port: int, upstream: str, data: Path) -> None:
     import uvicorn
 
     app = {
@@ -351,7 +347,7 @@ def serve(kind: str, port: int, upstream: str) -> None:
         "fastapi": fastapi_app,
         "relay": lambda: relay_app(upstream),
         "relay-lean": lambda: relay_app(upstream, lean=True),
-        "stack": lambda: stack_app(upstream),
+        "stack": lambda: stack_app(upstream, data),
     }
     config = uvicorn.Config(
         app[kind](),
@@ -369,11 +365,11 @@ def serve(kind: str, port: int, upstream: str) -> None:
 # ---------------------------------------------------------------------------- server floors
 
 
-def start_floor(kind: str, port: int, upstream: str) -> Any:
+def start_floor(kind: str, port: int, upstream: str, data: Path) -> Any:
     import subprocess
 
     command = [sys.executable, __file__, "--serve", kind, "--port", str(port)]
-    command += ["--upstream", upstream]
+    command += ["--upstream", upstream, "--data", str(data)]
     return subprocess.Popen(
         command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -390,7 +386,9 @@ def stream_once(http: httpx.Client, url: str, body: dict[str, Any]) -> None:
 def server_floor(kind: str, n: int, sim: Rig, http: httpx.Client) -> tuple[float, float]:
     """(CPU ms per 40-chunk request, CPU µs per chunk) of one floor server."""
     port = free_port()
-    proc = start_floor(kind, port, sim.direct_url)
+    # The floor's own files, removed here: a terminated uvicorn skips the child's atexit.
+    data = Path(tempfile.mkdtemp(prefix="courier-floor-"))
+    proc = start_floor(kind, port, sim.direct_url, data)
     try:
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         wait_http(f"http://127.0.0.1:{port}/")
@@ -415,6 +413,7 @@ def server_floor(kind: str, n: int, sim: Rig, http: httpx.Client) -> tuple[float
         return small, (big - small) / 360 * 1000
     finally:
         stop(proc)
+        shutil.rmtree(data, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------- client floors
@@ -564,12 +563,13 @@ def main() -> int:
     parser.add_argument("--serve", choices=SERVERS)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--upstream", default="")
+    parser.add_argument("--data", type=Path, default=Path("."), help="a floor server's files")
     parser.add_argument(
         "--only", default="", help="comma-separated floor servers to run (default: all)"
     )
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.port, args.upstream)
+        serve(args.serve, args.port, args.upstream, args.data)
         return 0
     n = args.requests
     rig = Rig()
