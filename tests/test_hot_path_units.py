@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -24,6 +25,23 @@ def test_templated_text_chunks_match_the_rendered_model(include_usage: bool) -> 
     for text in TRICKY:
         slow = renderer._chunk([ChunkChoice(delta=Delta(content=text))])
         assert renderer.text_chunk(text) == slow
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_text_frames_in_bytes_match_the_encoded_event(include_usage: bool) -> None:
+    renderer = CompletionRenderer('a "model"\n', include_usage=include_usage)
+    for text in TRICKY[:-1]:
+        assert renderer.text_sse(text) == ServerSentEvent(data=renderer.text_chunk(text)).encode()
+    # A lone surrogate has no UTF-8 form: escaped, the frame still parses to the same text.
+    frame = renderer.text_sse(TRICKY[-1])
+    assert frame.startswith(b"data: ") and frame.endswith(b"\r\n\r\n")
+    assert json.loads(frame[6:-4])["choices"][0]["delta"]["content"] == TRICKY[-1]
+    handle = TurnHandle("turn_x", "sess_x")
+    handle.completion_id, handle.created = "chatcmpl-reattached", 1234
+    renderer.adopt(handle)
+    again = renderer.text_sse("again")
+    assert b'"id":"chatcmpl-reattached"' in again
+    assert again == ServerSentEvent(data=renderer.text_chunk("again")).encode()
 
 
 def test_an_adopted_identity_renews_the_template() -> None:

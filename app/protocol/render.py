@@ -38,6 +38,9 @@ from app.protocol.openai import (
 from app.providers.base import ToolCall
 
 _SENTINEL = "\x00courier-text\x00"
+SSE_SEP = "\r\n"
+"""The line end of every frame Courier encodes (sse-starlette's default, so the bytes on
+the wire stayed the same when `app/routes/event_stream.py` replaced it)."""
 """Cannot occur in a rendered model or id, so it marks the one place text goes."""
 
 
@@ -122,12 +125,13 @@ class CompletionRenderer:
         self.model = model
         self.include_usage = include_usage
         self._text_frame: tuple[str, str] | None = None
+        self._text_sse: tuple[bytes, bytes] | None = None
 
     def adopt(self, handle: TurnHandle) -> None:
         """Share one identity per turn: a reattached retry sees the same id and created."""
         if handle.completion_id:
             self.id, self.created = handle.completion_id, handle.created
-            self._text_frame = None  # the identity is baked into the template
+            self._text_frame = self._text_sse = None  # the identity is in the templates
         else:
             handle.completion_id, handle.created = self.id, self.created
 
@@ -192,12 +196,28 @@ class CompletionRenderer:
         # Most frames of a stream are this one; building, dumping and re-encoding a model
         # per frame cost more than the rest of the frame's path. The template is that same
         # rendering, cut around a sentinel, so the bytes cannot drift from `_chunk`.
+        head, tail = self._text_template()
+        return head + _json_string(text) + tail
+
+    def _text_template(self) -> tuple[str, str]:
         if self._text_frame is None:
             whole = self._chunk([ChunkChoice(delta=Delta(content=_SENTINEL))])
             head, _, tail = whole.partition(json.dumps(_SENTINEL))
             self._text_frame = (head, tail)
-        head, tail = self._text_frame
-        return head + _json_string(text) + tail
+        return self._text_frame
+
+    def text_sse(self, text: str) -> bytes:
+        """The whole SSE frame of `text_chunk(text)`, as `ServerSentEvent(data=...)`
+        encodes it: the text's JSON goes from orjson straight into the frame's bytes, with
+        no str round trip and no frame object (most of a stream's frames)."""
+        if self._text_sse is None:
+            head, tail = self._text_template()
+            self._text_sse = (f"data: {head}".encode(), f"{tail}{SSE_SEP}{SSE_SEP}".encode())
+        head_b, tail_b = self._text_sse
+        try:
+            return head_b + orjson.dumps(text) + tail_b
+        except TypeError:  # a lone surrogate: escaped, as UTF-8 cannot carry it
+            return head_b + json.dumps(text).encode() + tail_b
 
     def tool_call_chunks(self, calls: tuple[ToolCall, ...]) -> list[str]:
         """Client tool calls as the SDK accumulators expect: per call, in index order, one

@@ -110,6 +110,7 @@ async def sse_frames(
     Events already queued go out as one write: a socket write per chunk was the largest
     single cost of a fast stream, and joining only what is ready never delays a byte."""
     yield ServerSentEvent(data=renderer.role_chunk())
+    opted = {"tool_events": tool_events, "approval_events": approval_events}
     queue = handle.subscribe()
     finished = False
     try:
@@ -125,18 +126,21 @@ async def sse_frames(
             except TimeoutError:
                 yield ServerSentEvent(comment="keepalive")
                 continue
-            opted = {"tool_events": tool_events, "approval_events": approval_events}
-            frames = event_frames(event, renderer, **opted)
-            finished = isinstance(event, TurnFinished)
-            while not finished and not queue.empty():
-                event = queue.get_nowait()
-                frames += event_frames(event, renderer, **opted)
+            frames: list[bytes] = []
+            while True:
+                if type(event) is TurnText:  # most events: straight to bytes
+                    frames.append(renderer.text_sse(event.text))
+                else:
+                    frames += [frame.encode() for frame in event_frames(event, renderer, **opted)]
                 finished = isinstance(event, TurnFinished)
+                if finished or queue.empty():
+                    break
+                event = queue.get_nowait()
             if finished:
                 assert isinstance(event, TurnFinished)
                 handle.delivered = event.error is None
             if frames:
-                yield b"".join(frame.encode() for frame in frames)
+                yield b"".join(frames)
     finally:
         handle.unsubscribe(queue)
         if not finished:

@@ -20,6 +20,8 @@ from collections.abc import AsyncIterable, Mapping
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from app.protocol.render import SSE_SEP
+
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
@@ -34,7 +36,7 @@ class ServerSentEvent:
         *,
         event: str | None = None,
         comment: str | None = None,
-        sep: str = "\r\n",
+        sep: str = SSE_SEP,
     ) -> None:
         self.data = data
         self.event = event
