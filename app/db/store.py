@@ -598,6 +598,11 @@ class Store:
         self._forget_live(session_id)
         with self._write() as conn:
             INSERT_SESSION.run(conn, values)
+            fenced: set[tuple[str, str]] | None = getattr(self._unit, "fenced", None)
+            if lease and fenced is not None:
+                # Created leased in this unit: the unit's later writes need no fence, which
+                # would only rewrite the `updated_at` just inserted (a statement per turn).
+                fenced.add((session_id, lease))
             if messages:
                 rows = [_message_values(m, session_id=session_id, turn_id=None) for m in messages]
                 INSERT_MESSAGE.run_many(conn, rows)
