@@ -38,10 +38,10 @@ from app.protocol.openai import (
 from app.providers.base import ToolCall
 
 _SENTINEL = "\x00courier-text\x00"
+"""Cannot occur in a rendered model or id, so it marks the one place text goes."""
 SSE_SEP = "\r\n"
 """The line end of every frame Courier encodes (sse-starlette's default, so the bytes on
 the wire stayed the same when `app/routes/event_stream.py` replaced it)."""
-"""Cannot occur in a rendered model or id, so it marks the one place text goes."""
 
 
 def usage_out(finished: TurnFinished) -> UsageOut:
