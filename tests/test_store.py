@@ -224,3 +224,33 @@ def test_the_writer_thread_keeps_one_connection_and_drops_a_failed_one(tmp_path:
     store.close()
     assert store.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     store.close()  # twice is harmless
+
+
+def test_a_units_first_fenced_update_is_its_fence_too(store: Store) -> None:
+    from sqlalchemy.dialects import postgresql
+
+    from app.db.raw import count_statements
+    from app.db.turn_sql import session_update
+
+    assert store.acquire_lease(session_id="s1", lease="L1", ttl_s=60)
+    before = store.get_session(session_id="s1")
+    assert before is not None
+    with pytest.raises(LeaseLost):
+        store.update_session(session_id="s1", lease="nope", anchor_billed=5)
+    unchanged = store.get_session(session_id="s1")
+    assert unchanged is not None and unchanged.anchor_billed == before.anchor_billed
+    statements: list[int] = []
+    count_statements(store.engine, lambda: statements.append(1))
+    with store.unit():
+        store.update_session(session_id="s1", lease="L1", anchor_billed=7)
+        store.append_messages(
+            session_id="s1", lease="L1", turn_id=None, messages=[NewMessage("user", "a")]
+        )
+    # The update (fence included) and the message insert: no separate fence statement.
+    assert len(statements) == 2, statements
+    after = store.get_session(session_id="s1")
+    assert after is not None and after.anchor_billed == 7
+    assert after.updated_at > before.updated_at
+    # The fenced form is one of the hot statements, so it must compile for PostgreSQL too.
+    sql, _ = session_update(("anchor_billed",), fenced=True)._for(postgresql.dialect())
+    assert "lease = %(lease)s" in sql and "updated_at = %(now)s" in sql

@@ -546,13 +546,21 @@ class Store:
     def _fenced(self, db: Session | Connection, *, session_id: str, lease: str) -> None:
         # Inside a unit the first fence holds for the rest of it: the transaction owns the
         # write lock, so nobody can take the lease in between (one statement, not one a write).
-        fenced: set[tuple[str, str]] | None = getattr(self._unit, "fenced", None)
-        if fenced is not None and (session_id, lease) in fenced:
+        if self._holds_fence(session_id, lease):
             return
         conn = db if isinstance(db, Connection) else db.connection()
         result = FENCE.run(conn, {"now": time.time(), "sid": session_id, "lease": lease})
-        if result.rowcount != 1:
+        self._fence_proved(session_id, lease, result.rowcount)
+
+    def _holds_fence(self, session_id: str, lease: str) -> bool:
+        fenced: set[tuple[str, str]] | None = getattr(self._unit, "fenced", None)
+        return fenced is not None and (session_id, lease) in fenced
+
+    def _fence_proved(self, session_id: str, lease: str, rowcount: int) -> None:
+        """A statement conditioned on the lease touched `rowcount` session rows."""
+        if rowcount != 1:
             raise LeaseLost(f"turn lease for session {session_id} is not held")
+        fenced: set[tuple[str, str]] | None = getattr(self._unit, "fenced", None)
         if fenced is not None:
             fenced.add((session_id, lease))
 
@@ -598,11 +606,10 @@ class Store:
         self._forget_live(session_id)
         with self._write() as conn:
             INSERT_SESSION.run(conn, values)
-            fenced: set[tuple[str, str]] | None = getattr(self._unit, "fenced", None)
-            if lease and fenced is not None:
+            if lease:
                 # Created leased in this unit: the unit's later writes need no fence, which
                 # would only rewrite the `updated_at` just inserted (a statement per turn).
-                fenced.add((session_id, lease))
+                self._fence_proved(session_id, lease, 1)
             if messages:
                 rows = [_message_values(m, session_id=session_id, turn_id=None) for m in messages]
                 INSERT_MESSAGE.run_many(conn, rows)
@@ -806,12 +813,17 @@ class Store:
             for key, value in values.items():
                 setattr(session, key, value)
 
-        statement = session_update(tuple(sorted(values)))
+        columns = tuple(sorted(values))
         params = {f"v_{k}": v for k, v in values.items()} | {"sid": session_id}
 
         def write(conn: Connection) -> None:
-            self._fenced(conn, session_id=session_id, lease=lease)
-            statement.run(conn, params)
+            if self._holds_fence(session_id, lease):
+                session_update(columns).run(conn, params)
+                return
+            # The update is the fence too: one statement where a fence and a write were two.
+            fencing = session_update(columns, fenced=True)
+            result = fencing.run(conn, params | {"now": time.time(), "lease": lease})
+            self._fence_proved(session_id, lease, result.rowcount)
 
         if self._defer(session_id, write):
             self._pending_rollups.setdefault(session_id, []).append(apply)

@@ -77,7 +77,7 @@ ROLLUP = Hot(
     "pending_cache_break = CASE WHEN :clear_break THEN NULL ELSE pending_cache_break END "
     "WHERE id = :sid"
 )
-_updates: dict[tuple[str, ...], Hot] = {}
+_updates: dict[tuple[tuple[str, ...], bool], Hot] = {}
 
 
 def _defaults(model: type[SQLModel]) -> dict[str, Any]:
@@ -124,12 +124,18 @@ def session_row(values: dict[str, Any]) -> SessionRow:
     return row
 
 
-def session_update(columns: tuple[str, ...]) -> Hot:
-    """`UPDATE session SET <columns>`: one statement per column set, compiled once."""
-    found = _updates.get(columns)
+def session_update(columns: tuple[str, ...], *, fenced: bool = False) -> Hot:
+    """`UPDATE session SET <columns>`: one statement per column set, compiled once.
+
+    `fenced`: the same update as the lease fence too (`FENCE`'s `updated_at` and lease
+    condition in it), so a unit's first fenced write is one statement, not two."""
+    found = _updates.get((columns, fenced))
     if found is None:
         if unknown := set(columns) - set(_SESSION.c.keys()):
             raise ValueError(f"not session columns: {sorted(unknown)}")
         sets = ", ".join(f'"{c}" = :v_{c}' for c in columns)
-        found = _updates[columns] = Hot(f"UPDATE session SET {sets} WHERE id = :sid")
+        if fenced and "updated_at" not in columns:
+            sets += ", updated_at = :now"
+        where = "id = :sid AND lease = :lease" if fenced else "id = :sid"
+        found = _updates[columns, fenced] = Hot(f"UPDATE session SET {sets} WHERE {where}")
     return found
