@@ -384,6 +384,16 @@ async def _loaded(
     return samples
 
 
+def load_limits(streams: int) -> dict[str, str]:
+    """Settings for a load run: it measures capacity, not the safety caps (one client
+    address opening 1,000 streams would otherwise meet the per-IP and concurrent-turn
+    limits)."""
+    return {
+        "COURIER_MAX_CONCURRENT_TURNS": str(streams + 16),
+        "COURIER_MAX_CONNECTIONS_PER_IP": "0",
+    }
+
+
 def bench_ttft(rig: Rig, n: int, workers: int, seconds: float) -> None:
     print("Added time to first token (through Courier minus the simulator called directly)")
     direct: list[float] = []
@@ -644,16 +654,7 @@ def main() -> int:
     ]
     wanted = [(name, run) for name, run in sections if name in only]
     if wanted:
-        # The load sections measure capacity, not the safety caps: one client address
-        # opening 1,000 streams would otherwise meet the per-IP and concurrent-turn limits.
-        limits = max(args.workers, args.streams) + 16
-        rig = Rig(
-            extra_env={
-                "COURIER_MAX_CONCURRENT_TURNS": str(limits),
-                "COURIER_MAX_CONNECTIONS_PER_IP": "0",
-            },
-            wire=args.wire,
-        )
+        rig = Rig(extra_env=load_limits(max(args.workers, args.streams)), wire=args.wire)
         try:
             for _name, run in wanted:
                 run(rig)

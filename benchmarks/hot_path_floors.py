@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -40,7 +41,7 @@ from typing import Annotated, Any
 import httpx
 from _harness import REPO_ROOT, free_port, stop, wait_http
 from fastapi import Depends, FastAPI, Request
-from hot_path import Rig, cpu_s, text_of
+from hot_path import Rig, _first_token, _hello, _loaded, cpu_s, load_limits, pct, text_of
 
 sys.path.insert(0, str(REPO_ROOT))
 
@@ -154,6 +155,10 @@ def chunk_text(chunk: dict[str, Any]) -> str | None:
     return text
 
 
+FLOOR_POOL = httpx.Limits(max_connections=1024, max_keepalive_connections=1024)
+"""A floor's upstream pool: above any load this runs, so no stream queues for a connection."""
+
+
 def relay_app(upstream: str, *, lean: bool = False) -> Any:
     """Raw ASGI, relaying to the simulator through one pooled httpx client."""
 
@@ -161,8 +166,8 @@ def relay_app(upstream: str, *, lean: bool = False) -> Any:
 
     client = httpx.AsyncClient(
         timeout=30,
-        limits=httpx.Limits(max_keepalive_connections=20),
-        transport=LeanTransport(max_connections=20) if lean else None,
+        limits=FLOOR_POOL,
+        transport=LeanTransport(max_connections=FLOOR_POOL.max_connections) if lean else None,
     )
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -192,7 +197,39 @@ STACK_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS turn (id TEXT PRIMARY KEY, session_id TEXT, status TEXT)",
     "CREATE TABLE IF NOT EXISTS api_call (id INTEGER PRIMARY KEY, session_id TEXT,"
     " input INTEGER, output INTEGER, cost TEXT)",
+    "CREATE TABLE IF NOT EXISTS todo (id INTEGER PRIMARY KEY, session_id TEXT, item TEXT)",
 )
+STACK_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "todo",
+            "description": "Keep the session's to-do list.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "action": {"type": "string", "enum": ["add", "list"]},
+                    "items": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["action"],
+            },
+        },
+    }
+]
+STACK_MAX_CALLS = 4
+
+
+def fold_tool_calls(chunk: dict[str, Any], calls: dict[int, dict[str, Any]]) -> None:
+    """Streamed tool-call fragments into whole calls, keyed by their index."""
+    choices = chunk.get("choices") or ()
+    for part in (choices[0].get("delta") or {}).get("tool_calls") or () if choices else ():
+        call = calls.setdefault(
+            part["index"], {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+        )
+        call["id"] = part.get("id") or call["id"]
+        function = part.get("function") or {}
+        call["function"]["name"] += function.get("name") or ""
+        call["function"]["arguments"] += function.get("arguments") or ""
 
 
 def stack_app(upstream: str, data: Path) -> Any:
@@ -203,7 +240,9 @@ def stack_app(upstream: str, data: Path) -> Any:
     the call; the reply, a usage row, the session roll-up and the turn's end after it),
     the upstream call through httpx on `LeanTransport` with an orjson body, every chunk
     parsed with orjson and re-rendered by Courier's templates, one genai-prices
-    `calc_price`. No agent logic at all: what any Courier request costs before its own."""
+    `calc_price` per call. A reply with tool calls adds what a tool turn must: an intent
+    commit before the tool runs, the tool's rows and result in one commit, and the next
+    upstream call. No agent logic at all: what any Courier turn costs before its own."""
     import asyncio
     import uuid
     from concurrent.futures import ThreadPoolExecutor
@@ -273,52 +312,105 @@ def stack_app(upstream: str, data: Path) -> Any:
         raw.execute("UPDATE turn SET status = 'done' WHERE id = ?", (sid,))
         raw.commit()
 
+    def record_intent(
+        sid: str, assistant: dict[str, Any], usage: dict[str, int], cost: str
+    ) -> None:
+        # Persist before act: the model's tool calls and its priced call, before the tool runs.
+        raw = dbapi()
+        raw.execute("BEGIN")
+        raw.execute(
+            "INSERT INTO message (session_id, role, content) VALUES (?, 'assistant', ?)",
+            (sid, orjson.dumps(assistant["tool_calls"]).decode()),
+        )
+        raw.execute(
+            "INSERT INTO api_call (session_id, input, output, cost) VALUES (?, ?, ?, ?)",
+            (sid, usage["prompt_tokens"], usage["completion_tokens"], cost),
+        )
+        raw.execute("UPDATE session SET calls = calls + 1, cost = ? WHERE id = ?", (cost, sid))
+        raw.commit()
+
+    def run_tools(sid: str, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The benchmark's one tool, a to-do list: its rows and its result in one commit."""
+        raw = dbapi()
+        raw.execute("BEGIN")
+        results = []
+        for call in calls:
+            items = orjson.loads(call["function"]["arguments"]).get("items") or []
+            raw.executemany(
+                "INSERT INTO todo (session_id, item) VALUES (?, ?)", [(sid, i) for i in items]
+            )
+            content = f"added {len(items)} item(s)"
+            raw.execute(
+                "INSERT INTO message (session_id, role, content) VALUES (?, 'tool', ?)",
+                (sid, content),
+            )
+            results.append({"role": "tool", "tool_call_id": call["id"], "content": content})
+        raw.commit()
+        return results
+
     client = httpx.AsyncClient(
         timeout=30,
-        limits=httpx.Limits(max_keepalive_connections=20),
-        transport=LeanTransport(max_connections=20),
+        limits=FLOOR_POOL,
+        transport=LeanTransport(max_connections=FLOOR_POOL.max_connections),
     )
     loop_run = asyncio.get_running_loop
+    headers = {"authorization": "Bearer floor", "content-type": "application/json"}
+
+    def price(usage: dict[str, int]) -> str:
+        return str(
+            genai_prices.calc_price(
+                genai_prices.Usage(
+                    input_tokens=usage["prompt_tokens"], output_tokens=usage["completion_tokens"]
+                ),
+                "gpt-4o-mini",
+                provider_id="openai",
+            ).total_price
+        )
 
     async def frames(
         sid: str, chat: ChatCompletionRequest
     ) -> AsyncIterator[ServerSentEvent | bytes]:
         renderer = CompletionRenderer(chat.model)
-        yield ServerSentEvent(data=renderer.role_chunk(), sep="\n")
-        body = orjson.dumps(
-            {
-                "model": "gpt-4o-mini",
-                "stream": True,
-                "stream_options": {"include_usage": True},
-                "messages": [{"role": "system", "content": "You are Courier."}]
-                + [m.model_dump(exclude_none=True) for m in chat.messages],
-            }
-        )
-        headers = {"authorization": "Bearer floor", "content-type": "application/json"}
-        reply: list[str] = []
-        usage = {"prompt_tokens": 0, "completion_tokens": 0}
-        async with client.stream("POST", upstream, content=body, headers=headers) as resp:
-            async for chunks in upstream_chunks(resp):
-                out = []
-                for chunk in chunks:
-                    usage = chunk.get("usage") or usage
-                    if text := chunk_text(chunk):
-                        reply.append(text)
-                        out.append(
-                            ServerSentEvent(data=renderer.text_chunk(text), sep="\n").encode()
-                        )
-                if out:
-                    yield b"".join(out)
-        price = genai_prices.calc_price(
-            genai_prices.Usage(
-                input_tokens=usage["prompt_tokens"], output_tokens=usage["completion_tokens"]
-            ),
-            "gpt-4o-mini",
-            provider_id="openai",
-        )
-        cost = str(price.total_price)
-        await loop_run().run_in_executor(writer, close_turn, sid, "".join(reply), usage, cost)
-        yield ServerSentEvent(data="[DONE]", sep="\n")
+        yield ServerSentEvent(data=renderer.role_chunk())
+        messages: list[dict[str, Any]] = [{"role": "system", "content": "You are Courier."}]
+        messages += [m.model_dump(exclude_none=True) for m in chat.messages]
+        for _call in range(STACK_MAX_CALLS):
+            body = orjson.dumps(
+                {
+                    "model": "gpt-4o-mini",
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                    "messages": messages,
+                    "tools": STACK_TOOLS,
+                }
+            )
+            reply: list[str] = []
+            calls: dict[int, dict[str, Any]] = {}
+            usage = {"prompt_tokens": 0, "completion_tokens": 0}
+            async with client.stream("POST", upstream, content=body, headers=headers) as resp:
+                async for chunks in upstream_chunks(resp):
+                    out = []
+                    for chunk in chunks:
+                        usage = chunk.get("usage") or usage
+                        if text := chunk_text(chunk):
+                            reply.append(text)
+                            out.append(renderer.text_sse(text))
+                        fold_tool_calls(chunk, calls)
+                    if out:
+                        yield b"".join(out)
+            cost = price(usage)
+            if not calls:
+                await loop_run().run_in_executor(
+                    writer, close_turn, sid, "".join(reply), usage, cost
+                )
+                break
+            assistant = {"role": "assistant", "content": None, "tool_calls": list(calls.values())}
+            await loop_run().run_in_executor(writer, record_intent, sid, assistant, usage, cost)
+            results = await loop_run().run_in_executor(
+                writer, run_tools, sid, assistant["tool_calls"]
+            )
+            messages += [assistant, *results]
+        yield ServerSentEvent(data="[DONE]")
 
     async def chat(request: Request) -> Any:
         owner = request.headers.get("authorization", "")
@@ -326,7 +418,7 @@ def stack_app(upstream: str, data: Path) -> Any:
         sid = uuid.uuid4().hex
         text = str(chat.messages[-1].content)
         await loop_run().run_in_executor(writer, open_turn, sid, owner[-8:], text)
-        return EventSourceResponse(frames(sid, chat), headers={"X-Session-Id": sid}, sep="\n")
+        return EventSourceResponse(frames(sid, chat), headers={"X-Session-Id": sid})
 
     router = APIRouter(route_class=DirectRoute)
     router.add_api_route("/v1/chat/completions", chat, methods=["POST"])
@@ -383,37 +475,60 @@ def stream_once(http: httpx.Client, url: str, body: dict[str, Any]) -> None:
             pass
 
 
-def server_floor(kind: str, n: int, sim: Rig, http: httpx.Client) -> tuple[float, float]:
-    """(CPU ms per 40-chunk request, CPU µs per chunk) of one floor server."""
-    port = free_port()
-    # The floor's own files, removed here: a terminated uvicorn skips the child's atexit.
-    data = Path(tempfile.mkdtemp(prefix="courier-floor-"))
-    proc = start_floor(kind, port, sim.direct_url, data)
-    try:
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+def tool_steps(count: int, words: int = 40) -> list[dict[str, Any]]:
+    """Scripted upstream replies for `count` tool turns: a to-do call, then a text reply."""
+    call = {"name": "todo", "arguments": {"action": "add", "items": ["check the logs"]}}
+    return [{"reply": {"tool_calls": [call]}}, {"reply": {"text": text_of(words)}}] * count
+
+
+class Floor:
+    """One floor server in a subprocess, with its own files, removed on close (a
+    terminated uvicorn skips the child's atexit)."""
+
+    def __init__(self, kind: str, sim: Rig) -> None:
+        self.kind = kind
+        self.data = Path(tempfile.mkdtemp(prefix="courier-floor-"))
+        port = free_port()
+        self.proc = start_floor(kind, port, sim.direct_url, self.data)
+        self.url = f"http://127.0.0.1:{port}/v1/chat/completions"
         wait_http(f"http://127.0.0.1:{port}/")
 
-        def run(chunks: int) -> float:
+    def close(self) -> None:
+        stop(self.proc)
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+def server_floor(
+    kind: str, n: int, sim: Rig, http: httpx.Client
+) -> tuple[float, float, float | None]:
+    """(CPU ms per 40-chunk request, CPU µs per chunk, CPU ms per tool turn or None) of one
+    floor server."""
+    floor = Floor(kind, sim)
+    try:
+        relays = kind.startswith("relay") or kind == "stack"
+
+        def run(steps: list[dict[str, Any]], chunks: int) -> float:
             body: dict[str, Any] = {"chunks": chunks}
-            if kind.startswith("relay") or kind == "stack":
-                sim.script([{"reply": {"text": text_of(chunks)}}] * (n + 5))
+            if relays:
+                sim.script(steps)
                 body = {
                     "model": "gpt-4o-mini",
                     "stream": True,
                     "messages": [{"role": "user", "content": "Say something."}],
                 }
             for _ in range(5):
-                stream_once(http, url, body)
-            before = cpu_s(proc.pid)
+                stream_once(http, floor.url, body)
+            before = cpu_s(floor.proc.pid)
             for _ in range(n):
-                stream_once(http, url, body)
-            return (cpu_s(proc.pid) - before) * 1000 / n
+                stream_once(http, floor.url, body)
+            return (cpu_s(floor.proc.pid) - before) * 1000 / n
 
-        small, big = run(40), run(400)
-        return small, (big - small) / 360 * 1000
+        small = run([{"reply": {"text": text_of(40)}}] * (n + 5), 40)
+        big = run([{"reply": {"text": text_of(400)}}] * (n + 5), 400)
+        tool = run(tool_steps(n + 5), 40) if kind == "stack" else None
+        return small, (big - small) / 360 * 1000, tool
     finally:
-        stop(proc)
-        shutil.rmtree(data, ignore_errors=True)
+        floor.close()
 
 
 # ---------------------------------------------------------------------------- client floors
@@ -525,35 +640,89 @@ def client_floor(
     return small, (big - small) / 360 * 1000
 
 
+# ---------------------------------------------------------------------------- loaded floors
+
+
+def loaded_ttft(
+    rig: Rig, http: httpx.Client, kinds: list[str], workers: int, seconds: float
+) -> list[tuple[str, float, float]]:
+    """(name, added TTFT p50 ms, p99 ms) at `workers` concurrent slow streams, for Courier
+    and each floor server, each against the simulator called directly with the very
+    request that server sends upstream (the same load generator as hot_path.py's)."""
+    out: list[tuple[str, float, float]] = []
+    targets: list[tuple[str, str, str, Floor | None]] = [("courier", rig.url, "courier", None)]
+    for kind in kinds:
+        floor = Floor(kind, rig)
+        targets.append((kind, floor.url, "gpt-4o-mini", floor))
+    try:
+        for name, url, model, _floor in targets:
+            rig.reset()
+            for _ in range(3):
+                _first_token(http, url, rig.auth, _hello(model))
+            upstream = rig.upstream_body()
+            # 20 tokens/s: multi-second streams, as a voice client's replies are.
+            rig.configure(tokens_per_second=20)
+            direct = asyncio.run(
+                _loaded(rig.direct_url, "gpt-4o-mini", rig.auth, workers, seconds, upstream)
+            )
+            through = asyncio.run(_loaded(url, model, rig.auth, workers, seconds))
+            out.append(
+                (
+                    name,
+                    (statistics.median(through) - statistics.median(direct)) * 1000,
+                    (pct(through, 0.99) - pct(direct, 0.99)) * 1000,
+                )
+            )
+    finally:
+        rig.reset()
+        for *_, floor in targets:
+            if floor is not None:
+                floor.close()
+    return out
+
+
 # ---------------------------------------------------------------------------- report
 
 
-def courier_reference(rigs: list[Rig], n: int, block: int = 20) -> list[tuple[float, float]]:
-    """(CPU ms per 40-chunk request, CPU µs per chunk) of each Courier server, measured in
-    alternating blocks so that the machine's drift hits every server alike."""
+def courier_reference(rigs: list[Rig], n: int, block: int = 20) -> list[tuple[float, ...]]:
+    """(CPU ms per 40-chunk request, CPU µs per chunk, CPU ms per tool turn) of each
+    Courier server, measured in alternating blocks so that the machine's drift hits every
+    server alike."""
     for rig in rigs:
         for _ in range(5):
             rig.turn()
-    cpu = {(i, words): 0.0 for i in range(len(rigs)) for words in (40, 400)}
-    for words in (40, 400):
+    kinds: dict[str, Callable[[int], list[dict[str, Any]]]] = {
+        "40": lambda count: [{"reply": {"text": text_of(40)}}] * count,
+        "400": lambda count: [{"reply": {"text": text_of(400)}}] * count,
+        "tool": tool_steps,
+    }
+    cpu = {(i, kind): 0.0 for i in range(len(rigs)) for kind in kinds}
+    for kind, steps in kinds.items():
         for start in range(0, n, block):
             count = min(block, n - start)
             order = list(enumerate(rigs))
             for i, rig in order if start % (2 * block) == 0 else order[::-1]:
-                rig.script([{"reply": {"text": text_of(words)}}] * count)
+                rig.script(steps(count))
                 before = cpu_s(rig.server.pid)
                 for _ in range(count):
                     rig.turn()
-                cpu[i, words] += cpu_s(rig.server.pid) - before
+                cpu[i, kind] += cpu_s(rig.server.pid) - before
     out = []
     for i in range(len(rigs)):
-        small, big = cpu[i, 40] * 1000 / n, cpu[i, 400] * 1000 / n
-        out.append((small, (big - small) / 360 * 1000))
+        small, big, tool = (cpu[i, kind] * 1000 / n for kind in kinds)
+        out.append((small, (big - small) / 360 * 1000, tool))
     return out
 
 
 STACK_LABEL = "the design card's stack, no agent (server)"
 TARGET_MS = 3.0
+TOOL_TARGET_MS = 5.0
+TTFT_TARGETS_MS = (5.0, 20.0)
+LOADED = {
+    "stack": STACK_LABEL,
+    "relay-lean": "raw ASGI relay on LeanTransport (server)",
+}
+"""The floor servers that answer any chat request (the others stream a fixed count)."""
 SERVERS = ("raw", "fastapi-bare", "fastapi", "relay", "relay-lean", "stack")
 
 
@@ -567,26 +736,35 @@ def main() -> int:
     parser.add_argument(
         "--only", default="", help="comma-separated floor servers to run (default: all)"
     )
+    parser.add_argument(
+        "--loaded",
+        default=",".join(LOADED),
+        help=f"floor servers to run under load besides Courier ({', '.join(LOADED)}; "
+        "'none' skips the loaded section)",
+    )
+    parser.add_argument("--workers", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.port, args.upstream, args.data)
         return 0
     n = args.requests
-    rig = Rig()
+    rig = Rig(extra_env=load_limits(args.workers))
     # The same server on httpx's own transport: what the lean one replaced, this run.
     plain = Rig(extra_env={"COURIER_UPSTREAM_TRANSPORT": "httpx"})
     http = httpx.Client(timeout=60)
     try:
         print(f"Layer floors, one streamed request ({n} sequential requests each)")
-        (ref, ref_chunk), (was, was_chunk) = courier_reference([rig, plain], n)
+        (ref, ref_chunk, ref_tool), (was, was_chunk, _) = courier_reference([rig, plain], n)
         plain.close()
         print(f"  {'courier, new session (server)':<46} {ref:7.2f} ms   {ref_chunk:6.1f} µs/chunk")
+        print(f"  {'courier, tool turn (server)':<46} {ref_tool:7.2f} ms")
         print(
             f"  {'courier on httpx transport (server)':<46} {was:7.2f} ms   "
             f"{was_chunk:6.1f} µs/chunk   (ratio to Courier: request {was / ref:5.3f}x, "
             f"chunk {was_chunk / ref_chunk if ref_chunk > 0 else float('nan'):5.3f}x)"
         )
-        rows: list[tuple[str, tuple[float, float]]] = []
+        rows: list[tuple[str, tuple[float, float, float | None]]] = []
         for kind, label in (
             ("raw", "uvicorn+httptools+uvloop raw ASGI (server)"),
             ("fastapi-bare", "FastAPI route, no middleware (server)"),
@@ -608,20 +786,41 @@ def main() -> int:
             if args.only:
                 continue
             rig.reset()
-            rows.append((label, client_floor(reads, rig, n)))
-        for label, (ms, per_chunk) in rows:
+            rows.append((label, (*client_floor(reads, rig, n), None)))
+        for label, (ms, per_chunk, tool) in rows:
             chunk_share = per_chunk / ref_chunk if ref_chunk > 0 else float("nan")
             print(
                 f"  {label:<46} {ms:7.3f} ms   {per_chunk:6.1f} µs/chunk   "
                 f"(ratio to Courier: request {ms / ref:5.3f}x, chunk {chunk_share:5.3f}x)"
             )
+            if tool is not None:
+                print(
+                    f"  {label.replace('(server)', 'tool turn'):<46} {tool:7.3f} ms   "
+                    f"(ratio to Courier's tool turn {tool / ref_tool:5.3f}x)"
+                )
         stack = dict(rows).get(STACK_LABEL)
         if stack is not None:
+            for what, target, floor_ms, courier_ms in (
+                ("new-session request", TARGET_MS, stack[0], ref),
+                ("tool turn", TOOL_TARGET_MS, stack[2] or 0.0, ref_tool),
+            ):
+                print(
+                    f"  issue 10's target is {target:.0f} ms per {what}: the stack alone costs "
+                    f"{floor_ms:.2f} ms ({floor_ms / target:.2f}x the target), Courier's own "
+                    f"work on top of it {courier_ms - floor_ms:.2f} ms"
+                )
+        loaded = [k for k in args.loaded.split(",") if k in LOADED]
+        if args.workers > 0 and args.loaded != "none":
             print(
-                f"  issue 10's target is {TARGET_MS:.0f} ms per new-session request: the stack "
-                f"alone costs {stack[0]:.2f} ms ({stack[0] / TARGET_MS:.2f}x the target), "
-                f"Courier's own work on top of it {ref - stack[0]:.2f} ms"
+                f"Added time to first token at {args.workers} concurrent streams "
+                f"({args.seconds:.0f} s each, against the simulator called directly)"
             )
+            for name, p50, p99 in loaded_ttft(rig, http, loaded, args.workers, args.seconds):
+                print(
+                    f"  {LOADED.get(name, 'courier, new session (server)'):<46} "
+                    f"added p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   "
+                    f"(targets p50 {TTFT_TARGETS_MS[0]:.0f}, p99 {TTFT_TARGETS_MS[1]:.0f})"
+                )
     finally:
         http.close()
         plain.close()
