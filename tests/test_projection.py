@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.agent.accumulate import Reply, accumulate
+from app.agent.accumulate import ReplyBuilder
 from app.agent.projection import INTERRUPTED_RESULT, project
 from app.db.store import StoredMessage
 from app.providers.base import (
@@ -71,7 +71,7 @@ def test_projection_is_deterministic() -> None:
 
 
 def test_accumulator_folds_fragments() -> None:
-    reply = Reply()
+    building = ReplyBuilder()
     for event in [
         TextDelta("Hel"),
         TextDelta("lo"),
@@ -81,8 +81,10 @@ def test_accumulator_folds_fragments() -> None:
         UsageEvent(Usage(input_tokens=3, output_tokens=4)),
         Finish("tool_calls"),
     ]:
-        reply = accumulate(reply, event)
+        building.add(event)
+    reply = building.reply()
     assert reply.text == "Hello"
+    assert reply.events == 7
     calls = reply.tool_calls("fallback")
     assert [(c.id, c.name, c.arguments) for c in calls] == [
         ("a", "read_file", '{"path": "x"}'),
@@ -92,6 +94,20 @@ def test_accumulator_folds_fragments() -> None:
     assert reply.finish == "tool_calls"
 
 
+def test_a_snapshot_is_a_value_the_stream_does_not_change() -> None:
+    building = ReplyBuilder()
+    building.add(TextDelta("Hel"))
+    building.add(ToolCallDelta(index=0, id="a", name="read_file", arguments='{"pa'))
+    early = building.reply()
+    building.add(TextDelta("lo"))
+    building.add(ToolCallDelta(index=0, arguments='th": "x"}'))
+    assert (early.text, early.tool_calls("x")[0].arguments, early.events) == ("Hel", '{"pa', 2)
+    assert building.reply().text == "Hello"
+    assert building.reply().tool_calls("x")[0].arguments == '{"path": "x"}'
+
+
 def test_call_without_id_gets_a_stable_one() -> None:
-    reply = accumulate(Reply(), ToolCallDelta(index=0, name="list_files"))
+    building = ReplyBuilder()
+    building.add(ToolCallDelta(index=0, name="list_files"))
+    reply = building.reply()
     assert reply.tool_calls("call_t_1")[0].id == "call_t_1_0"

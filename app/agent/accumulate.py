@@ -1,4 +1,4 @@
-"""Fold provider events into one assistant reply; pure, so it is testable without a network."""
+"""Fold provider events into one assistant reply; no I/O, so it is testable without a network."""
 
 from __future__ import annotations
 
@@ -46,33 +46,53 @@ class Reply:
         )
 
 
-def _merge_call(calls: dict[int, PartialCall], index: int, fragment: PartialCall) -> None:
-    current = calls.get(index, PartialCall())
-    calls[index] = PartialCall(
-        id=current.id or fragment.id,
-        name=current.name or fragment.name,
-        arguments=current.arguments + fragment.arguments,
-    )
+class ReplyBuilder:
+    """The reply being streamed, folded in place: a part appended per event.
 
+    A frozen reply rebuilt per event copied the whole text so far each time, quadratic in
+    a long reply (a 40 KB answer in 10,000 chunks is about 200 MB of copying), and built an
+    object per chunk on the hottest path there is.
+    """
 
-def accumulate(reply: Reply, event: ProviderEvent) -> Reply:
-    # One constructor call per event: every streamed chunk folds through here, and two
-    # `dataclasses.replace` calls (field introspection each) cost about 3x as much.
-    text, reasoning, calls = reply.text, reply.reasoning, reply.calls
-    usage, finish = reply.usage, reply.finish
-    match event:
-        case TextDelta():
-            text += event.text
-        case ReasoningDelta():
-            reasoning += event.text
-        case ToolCallDelta():
-            merged = dict(calls)
-            _merge_call(merged, event.index, PartialCall(event.id, event.name, event.arguments))
-            calls = tuple(merged.items())
-        case UsageEvent():
-            usage = event.usage
-        case Finish():
-            finish = event.reason
-        case _:
-            assert_never(event)
-    return Reply(text, reasoning, calls, usage, finish, reply.events + 1)
+    __slots__ = ("_calls", "_reasoning", "_text", "events", "finish", "usage")
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: dict[int, tuple[str | None, str | None, list[str]]] = {}
+        self.usage: Usage | None = None
+        self.finish: FinishReason | None = None
+        self.events = 0
+
+    def add(self, event: ProviderEvent) -> None:
+        self.events += 1
+        match event:
+            case TextDelta():
+                self._text.append(event.text)
+            case ReasoningDelta():
+                self._reasoning.append(event.text)
+            case ToolCallDelta():
+                call_id, name, arguments = self._calls.get(event.index, (None, None, []))
+                arguments.append(event.arguments)
+                self._calls[event.index] = (call_id or event.id, name or event.name, arguments)
+            case UsageEvent():
+                self.usage = event.usage
+            case Finish():
+                self.finish = event.reason
+            case _:
+                assert_never(event)
+
+    def reply(self) -> Reply:
+        """What has arrived so far, as a value."""
+        calls = tuple(
+            (index, PartialCall(call_id, name, "".join(arguments)))
+            for index, (call_id, name, arguments) in self._calls.items()
+        )
+        return Reply(
+            "".join(self._text),
+            "".join(self._reasoning),
+            calls,
+            self.usage,
+            self.finish,
+            self.events,
+        )

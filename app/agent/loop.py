@@ -7,7 +7,7 @@ import functools
 import logging
 import time
 
-from app.agent.accumulate import Reply, accumulate
+from app.agent.accumulate import Reply, ReplyBuilder
 from app.agent.cache_planner import effective_ttl
 from app.agent.compressor import OVERFLOW_RETRIES, Summariser, SummarySkipped
 from app.agent.context_window import Preflight, observe, preflight
@@ -191,7 +191,7 @@ async def call_model(
     cache_break = checked.session.pending_cache_break
     started = time.monotonic()
     first_byte: float | None = None
-    state.in_flight = Reply()
+    state.in_flight = ReplyBuilder()
     separate = state.emitted_text and not joined  # a continuation goes on mid-sentence
     try:
         async for event in stream_with_retry(
@@ -201,7 +201,7 @@ async def call_model(
             base_delay=ctx.profile.retry_base_delay_s,
         ):
             first_byte = first_byte or time.monotonic()
-            state.in_flight = accumulate(state.in_flight, event)
+            state.in_flight.add(event)
             # Structured answers are checked before the client sees them; prose between
             # tool calls would corrupt the JSON the client parses, so none is streamed.
             if event.kind == "text" and event.text and ctx.output_format is None:
@@ -215,7 +215,7 @@ async def call_model(
     except ProviderError as exc:
         record_call(ctx, state, Usage(), started, first_byte, exc.kind, cache_break)
         raise
-    reply = state.in_flight
+    reply = state.in_flight.reply()
     record_call(ctx, state, reply.usage or Usage(), started, first_byte, "ok", cache_break)
     observe(ctx, checked, usage=reply.usage)
     return reply
@@ -227,17 +227,17 @@ def summariser(ctx: TurnContext, state: TurnState) -> Summariser:
     async def summarise(request: ModelRequest) -> tuple[str, Usage | None]:
         if ctx.spend.check() is not None:
             raise SummarySkipped("a spend cap is reached; no model summary")
-        started, first_byte, reply = time.monotonic(), None, Reply()
+        started, first_byte, building = time.monotonic(), None, ReplyBuilder()
         try:
             async for event in stream_with_retry(ctx.provider, request, max_attempts=2):
                 first_byte = first_byte or time.monotonic()
-                reply = accumulate(reply, event)
+                building.add(event)
         except ProviderError as exc:
             record_call(ctx, state, Usage(), started, first_byte, exc.kind, None, request.model)
             raise
-        usage = reply.usage or Usage()
+        usage = building.usage or Usage()
         record_call(ctx, state, usage, started, first_byte, "ok", None, request.model)
-        return reply.text, reply.usage
+        return building.reply().text, building.usage
 
     return summarise
 
@@ -369,8 +369,9 @@ def persist_reply(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, ...]) -
 def keep_partial_reply(ctx: TurnContext, state: TurnState) -> None:
     """On cancel: keep the text produced so far as plain text and close open tool calls."""
     try:
-        if state.in_flight.text and state.in_flight.finish is None:
-            persist_reply(ctx, state.in_flight, ())
+        partial = state.in_flight.reply()
+        if partial.text and partial.finish is None:
+            persist_reply(ctx, partial, ())
         close_unanswered_calls(
             ctx.store,
             session_id=ctx.session_id,

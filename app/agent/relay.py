@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from app.agent.accumulate import Reply, accumulate
+from app.agent.accumulate import ReplyBuilder
 from app.agent.budget import SpendGuard
 from app.agent.events import ClientToolCalls, TurnError, TurnFinished, TurnText
 from app.agent.ledger import CallSite, Timing, record_call
@@ -112,7 +112,7 @@ async def run_relay(relay: RelayInput, handle: TurnHandle) -> TurnFinished:
         price_override=relay.price_override,
     )
     timing = Timing(time.monotonic(), None)
-    reply = Reply()
+    building = ReplyBuilder()
 
     def done(cost: Cost, usage: Usage, **kwargs: object) -> TurnFinished:
         return TurnFinished(usage=usage, cost=cost, upstream_calls=1, iterations=1, **kwargs)  # type: ignore[arg-type]
@@ -126,7 +126,7 @@ async def run_relay(relay: RelayInput, handle: TurnHandle) -> TurnFinished:
         ):
             if timing.first_byte is None:
                 timing = Timing(timing.started, time.monotonic())
-            reply = accumulate(reply, event)
+            building.add(event)
             if event.kind == "text" and event.text and relay.output_format is None:
                 handle.publish(TurnText(event.text))
     except ProviderError as exc:
@@ -141,11 +141,12 @@ async def run_relay(relay: RelayInput, handle: TurnHandle) -> TurnFinished:
             error=upstream_turn_error(exc),
         )
     except asyncio.CancelledError:
-        usage = reply.usage or Usage()
+        usage = building.usage or Usage()
         cost = record_call(
             site, model=relay.profile.model, usage=usage, timing=timing, outcome="cancelled"
         )
         return done(cost, usage, exit_reason="cancelled", finish_reason="stop")
+    reply = building.reply()
     usage = reply.usage or Usage()
     cost = record_call(site, model=relay.profile.model, usage=usage, timing=timing, outcome="ok")
     calls = reply.tool_calls(f"call_{handle.turn_id}")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.agent.accumulate import Reply
+from app.agent.accumulate import ReplyBuilder
 from app.agent.budget import SpendGuard
 from app.agent.cache_planner import StablePrefixRegistry
 from app.agent.compressor import Compressor
@@ -113,7 +113,7 @@ class TurnState:
     usage: Usage = field(default_factory=Usage)
     cost: Cost = field(default_factory=Cost.zero)
     emitted_text: bool = False
-    in_flight: Reply = field(default_factory=Reply)
+    in_flight: ReplyBuilder = field(default_factory=ReplyBuilder)
     runner: BatchRunner | None = None
     overflow_retries: int = 0
     tools_ran: int = 0
