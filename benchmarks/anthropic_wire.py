@@ -191,7 +191,7 @@ def serve_former() -> int:
     return cli.main(["serve"])
 
 
-def _line(label: str, ms: float, chunk: float, ref: tuple[float, float] | None) -> None:
+def _line(label: str, ms: float, chunk: float, ref: tuple[float, ...] | None) -> None:
     ratio = ""
     if ref is not None:
         share = chunk / ref[1] if ref[1] > 0 else float("nan")
@@ -233,7 +233,7 @@ def main() -> int:
             "Anthropic wire, COURIER_UPSTREAM_TRANSPORT=httpx",
             "Anthropic wire, former adapter (SDK typed events)",
         )
-        for label, (ms, chunk) in zip(labels, figures, strict=True):
+        for label, (ms, chunk, _tool) in zip(labels, figures, strict=True):
             _line(label, ms, chunk, figures[0])
     if "client" in only:
         sim = Rig(wire="anthropic")

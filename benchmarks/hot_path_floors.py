@@ -34,9 +34,9 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import httpx
 from _harness import REPO_ROOT, free_port, stop, wait_http
@@ -475,6 +475,13 @@ def stream_once(http: httpx.Client, url: str, body: dict[str, Any]) -> None:
             pass
 
 
+FLOOR_BODY: dict[str, Any] = {
+    "model": "gpt-4o-mini",
+    "stream": True,
+    "messages": [{"role": "user", "content": "Say something."}],
+}
+
+
 def tool_steps(count: int, words: int = 40) -> list[dict[str, Any]]:
     """Scripted upstream replies for `count` tool turns: a to-do call, then a text reply."""
     call = {"name": "todo", "arguments": {"action": "add", "items": ["check the logs"]}}
@@ -498,24 +505,17 @@ class Floor:
         shutil.rmtree(self.data, ignore_errors=True)
 
 
-def server_floor(
-    kind: str, n: int, sim: Rig, http: httpx.Client
-) -> tuple[float, float, float | None]:
-    """(CPU ms per 40-chunk request, CPU µs per chunk, CPU ms per tool turn or None) of one
-    floor server."""
+def server_floor(kind: str, n: int, sim: Rig, http: httpx.Client) -> tuple[float, float]:
+    """(CPU ms per 40-chunk request, CPU µs per chunk) of one floor server."""
     floor = Floor(kind, sim)
     try:
         relays = kind.startswith("relay") or kind == "stack"
 
-        def run(steps: list[dict[str, Any]], chunks: int) -> float:
+        def run(chunks: int) -> float:
             body: dict[str, Any] = {"chunks": chunks}
             if relays:
-                sim.script(steps)
-                body = {
-                    "model": "gpt-4o-mini",
-                    "stream": True,
-                    "messages": [{"role": "user", "content": "Say something."}],
-                }
+                sim.script([{"reply": {"text": text_of(chunks)}}] * (n + 5))
+                body = FLOOR_BODY
             for _ in range(5):
                 stream_once(http, floor.url, body)
             before = cpu_s(floor.proc.pid)
@@ -523,12 +523,36 @@ def server_floor(
                 stream_once(http, floor.url, body)
             return (cpu_s(floor.proc.pid) - before) * 1000 / n
 
-        small = run([{"reply": {"text": text_of(40)}}] * (n + 5), 40)
-        big = run([{"reply": {"text": text_of(400)}}] * (n + 5), 400)
-        tool = run(tool_steps(n + 5), 40) if kind == "stack" else None
-        return small, (big - small) / 360 * 1000, tool
+        small, big = run(40), run(400)
+        return small, (big - small) / 360 * 1000
     finally:
         floor.close()
+
+
+class FloorTurns:
+    """A floor server that relays upstream, driven like a `Rig` (its simulator is the
+    rig's), so `courier_reference` measures it in the same alternating blocks."""
+
+    def __init__(self, floor: Floor, sim: Rig, http: httpx.Client) -> None:
+        self.sim, self.http, self.url = sim, http, floor.url
+        self.server = floor.proc
+
+    def script(self, steps: list[dict[str, Any]]) -> None:
+        self.sim.script(steps)
+
+    def turn(self) -> str:
+        stream_once(self.http, self.url, FLOOR_BODY)
+        return ""
+
+
+class Turns(Protocol):
+    """What `courier_reference` drives: a server process, its upstream's script, a turn."""
+
+    server: Any
+
+    def script(self, steps: list[dict[str, Any]]) -> None: ...
+
+    def turn(self) -> str: ...
 
 
 # ---------------------------------------------------------------------------- client floors
@@ -684,10 +708,12 @@ def loaded_ttft(
 # ---------------------------------------------------------------------------- report
 
 
-def courier_reference(rigs: list[Rig], n: int, block: int = 20) -> list[tuple[float, ...]]:
+def courier_reference(
+    rigs: Sequence[Turns], n: int, block: int = 20
+) -> list[tuple[float, float, float]]:
     """(CPU ms per 40-chunk request, CPU µs per chunk, CPU ms per tool turn) of each
-    Courier server, measured in alternating blocks so that the machine's drift hits every
-    server alike."""
+    server, measured in alternating blocks so that the machine's drift hits every server
+    alike (one floor measured after another drifted by more than they differed)."""
     for rig in rigs:
         for _ in range(5):
             rig.turn()
@@ -753,9 +779,20 @@ def main() -> int:
     # The same server on httpx's own transport: what the lean one replaced, this run.
     plain = Rig(extra_env={"COURIER_UPSTREAM_TRANSPORT": "httpx"})
     http = httpx.Client(timeout=60)
+    stack_floor: Floor | None = None
     try:
         print(f"Layer floors, one streamed request ({n} sequential requests each)")
-        (ref, ref_chunk, ref_tool), (was, was_chunk, _) = courier_reference([rig, plain], n)
+        servers: list[Turns] = [rig, plain]
+        if not args.only or "stack" in args.only.split(","):
+            # The stack floor in the same blocks as Courier: its share is the difference.
+            stack_floor = Floor("stack", rig)
+            servers.append(FloorTurns(stack_floor, rig, http))
+        figures = courier_reference(servers, n)
+        (ref, ref_chunk, ref_tool), (was, was_chunk, _) = figures[:2]
+        stack = figures[2] if len(figures) > 2 else None
+        if stack_floor is not None:
+            stack_floor.close()
+            stack_floor = None
         plain.close()
         print(f"  {'courier, new session (server)':<46} {ref:7.2f} ms   {ref_chunk:6.1f} µs/chunk")
         print(f"  {'courier, tool turn (server)':<46} {ref_tool:7.2f} ms")
@@ -764,14 +801,22 @@ def main() -> int:
             f"{was_chunk:6.1f} µs/chunk   (ratio to Courier: request {was / ref:5.3f}x, "
             f"chunk {was_chunk / ref_chunk if ref_chunk > 0 else float('nan'):5.3f}x)"
         )
-        rows: list[tuple[str, tuple[float, float, float | None]]] = []
+        if stack is not None:
+            print(
+                f"  {STACK_LABEL:<46} {stack[0]:7.3f} ms   {stack[1]:6.1f} µs/chunk   "
+                f"(ratio to Courier: request {stack[0] / ref:5.3f}x)"
+            )
+            print(
+                f"  {'the same stack, tool turn (server)':<46} {stack[2]:7.3f} ms   "
+                f"(ratio to Courier's tool turn {stack[2] / ref_tool:5.3f}x)"
+            )
+        rows: list[tuple[str, tuple[float, float]]] = []
         for kind, label in (
             ("raw", "uvicorn+httptools+uvloop raw ASGI (server)"),
             ("fastapi-bare", "FastAPI route, no middleware (server)"),
             ("fastapi", "FastAPI route + Courier middleware (server)"),
             ("relay", "raw ASGI relaying via httpx (server)"),
             ("relay-lean", "the same relay on LeanTransport (server)"),
-            ("stack", STACK_LABEL),
         ):
             if args.only and kind not in args.only.split(","):
                 continue
@@ -786,23 +831,17 @@ def main() -> int:
             if args.only:
                 continue
             rig.reset()
-            rows.append((label, (*client_floor(reads, rig, n), None)))
-        for label, (ms, per_chunk, tool) in rows:
+            rows.append((label, client_floor(reads, rig, n)))
+        for label, (ms, per_chunk) in rows:
             chunk_share = per_chunk / ref_chunk if ref_chunk > 0 else float("nan")
             print(
                 f"  {label:<46} {ms:7.3f} ms   {per_chunk:6.1f} µs/chunk   "
                 f"(ratio to Courier: request {ms / ref:5.3f}x, chunk {chunk_share:5.3f}x)"
             )
-            if tool is not None:
-                print(
-                    f"  {label.replace('(server)', 'tool turn'):<46} {tool:7.3f} ms   "
-                    f"(ratio to Courier's tool turn {tool / ref_tool:5.3f}x)"
-                )
-        stack = dict(rows).get(STACK_LABEL)
         if stack is not None:
             for what, target, floor_ms, courier_ms in (
                 ("new-session request", TARGET_MS, stack[0], ref),
-                ("tool turn", TOOL_TARGET_MS, stack[2] or 0.0, ref_tool),
+                ("tool turn", TOOL_TARGET_MS, stack[2], ref_tool),
             ):
                 print(
                     f"  issue 10's target is {target:.0f} ms per {what}: the stack alone costs "
@@ -823,6 +862,8 @@ def main() -> int:
                 )
     finally:
         http.close()
+        if stack_floor is not None:
+            stack_floor.close()
         plain.close()
         rig.close()
     return 0
