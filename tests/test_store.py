@@ -254,3 +254,23 @@ def test_a_units_first_fenced_update_is_its_fence_too(store: Store) -> None:
     # The fenced form is one of the hot statements, so it must compile for PostgreSQL too.
     sql, _ = session_update(("anchor_billed",), fenced=True)._for(postgresql.dialect())
     assert "lease = %(lease)s" in sql and "updated_at = %(now)s" in sql
+
+
+def test_an_index_key_without_a_row_id_takes_the_sessions_newest(store: Store) -> None:
+    """The turn's closing key reads the newest message row inside its own insert (one
+    statement); a key that names its row keeps it."""
+    from app.db.chat_store import TranscriptKey, find_continuations, index_transcript
+
+    store.acquire_lease(session_id="s1", lease="L", ttl_s=60)
+    store.append_messages(
+        session_id="s1",
+        lease="L",
+        turn_id=None,
+        messages=[NewMessage("user", "a"), NewMessage("assistant", "b")],
+    )
+    newest = max(m.id for m in store.active_messages(session_id="s1"))
+    keys = [TranscriptKey("h-named", 1, 1), TranscriptKey("h-newest", 2, None)]
+    index_transcript(store, session_id="s1", keys=keys, head="h-newest", length=2)
+    found = find_continuations(store, hashes=["h-named", "h-newest"])
+    assert [(c.position, c.last_row_id) for c in found] == [(2, newest), (1, 1)]
+    assert newest > 1

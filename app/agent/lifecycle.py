@@ -362,11 +362,10 @@ class SessionLifecycle:
                 return
             head = extend(place.head or seed, visible_answer(handle))
             position = place.position + 1
-            last = last_row_id(self.store, session_id=session_id)
             index_transcript(
                 self.store,
                 session_id=session_id,
-                keys=[TranscriptKey(head, position, last)],
+                keys=[TranscriptKey(head, position, None)],
                 head=head,
                 length=position,
             )

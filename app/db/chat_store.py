@@ -21,7 +21,9 @@ from app.db.store import Store
 class TranscriptKey:
     prefix_hash: str
     position: int
-    last_row_id: int
+    last_row_id: int | None
+    """The newest message row the key covers; None: the session's newest when indexed
+    (read by the insert itself, where a separate `MAX(id)` read was one more statement)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +71,9 @@ def find_continuations(
 _ADD_KEYS = Hot(
     "INSERT INTO transcript_key "
     "(prefix_hash, session_id, position, last_row_id, compactions, created_at) "
-    "SELECT :h, :sid, :pos, :row, compactions, :now FROM session WHERE id = :sid"
+    "SELECT :h, :sid, :pos, COALESCE(CAST(:row AS INTEGER), "
+    "(SELECT MAX(id) FROM message WHERE message.session_id = :sid), 0), compactions, :now "
+    "FROM session WHERE id = :sid"
 )
 _MOVE_HEAD = Hot("UPDATE session SET transcript_head = :h, transcript_len = :n WHERE id = :sid")
 _LAST_ROW = Hot("SELECT MAX(id) FROM message WHERE session_id = :sid")
