@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from app.gc_pauses import GcPauseCollector
+from app.gc_pauses import install as time_gc_pauses
 from app.long_passes import LongPassCollector
 from app.providers.pricing import Cost
 from app.providers.usage import Usage
@@ -74,6 +76,8 @@ class Metrics:
         )
         # Process-wide counts (the store, agent and providers note them): one view per app.
         r.register(LongPassCollector())
+        time_gc_pauses()
+        r.register(GcPauseCollector())
         self._prompt: dict[tuple[str, str], tuple[int, int]] = {}
         self._series: dict[tuple[str, str], _ModelSeries] = {}
 

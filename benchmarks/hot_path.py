@@ -173,6 +173,27 @@ class Rig:
                 values[name] = float(value)
         return values["courier_db_commits_total"], values["courier_db_statements_total"]
 
+    def gc_pauses(self) -> dict[str, tuple[float, float, float]]:
+        """generation -> (collections, seconds, collections over 10 ms) since the server
+        started, from its `courier_gc_pause_seconds` histogram."""
+        body = self.http.get(
+            f"http://127.0.0.1:{self.port}/metrics",
+            headers={"Authorization": f"Bearer {self.metrics_key}"},
+        ).text
+        found: dict[str, dict[str, float]] = {}
+        for line in body.splitlines():
+            if not line.startswith("courier_gc_pause_seconds_"):
+                continue
+            name, _, value = line.rpartition(" ")
+            generation = name.split('generation="')[1].split('"')[0]
+            kind = name.removeprefix("courier_gc_pause_seconds_").split("{")[0]
+            if kind == "bucket":
+                kind = name.split('le="')[1].split('"')[0]
+            found.setdefault(generation, {})[kind] = float(value)
+        return {
+            g: (v["count"], v["sum"], v["count"] - v.get("0.01", 0.0)) for g, v in found.items()
+        }
+
     def turn(self, content: str = "Say something.", session: str | None = None) -> str:
         """One streamed request read to its end; returns the session id."""
         headers = dict(self.auth)
@@ -424,9 +445,10 @@ def bench_ttft(rig: Rig, n: int, workers: int, seconds: float) -> None:
         direct = asyncio.run(
             _loaded(rig.direct_url, "gpt-4o-mini", rig.auth, workers, seconds, fixed=upstream)
         )
-        before = cpu_s(rig.server.pid)
+        before, gc_before = cpu_s(rig.server.pid), rig.gc_pauses()
         through = asyncio.run(_loaded(rig.url, "courier", rig.auth, workers, seconds))
         busy = (cpu_s(rig.server.pid) - before) / seconds
+        gc_after = rig.gc_pauses()
     finally:
         rig.reset()
     d50, d99 = statistics.median(direct), pct(direct, 0.99)
@@ -438,6 +460,15 @@ def bench_ttft(rig: Rig, n: int, workers: int, seconds: float) -> None:
         f"(n={len(through)}, {len(through) / seconds:.0f} req/s, "
         f"server {busy * 100:.0f}% of a core)"
     )
+    # Every stream stalls while a collection holds the interpreter: the tail's share.
+    parts = []
+    for generation, (count, total, long_) in sorted(gc_after.items()):
+        was = gc_before.get(generation, (0.0, 0.0, 0.0))
+        parts.append(
+            f"gen{generation} {count - was[0]:.0f} ({(total - was[1]) * 1000:.0f} ms, "
+            f"{long_ - was[2]:.0f} over 10 ms)"
+        )
+    print(f"  server GC passes during the {workers}-stream load: " + ", ".join(parts))
 
 
 def bench_conns(rig: Rig, n: int) -> None:

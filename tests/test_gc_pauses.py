@@ -1,0 +1,65 @@
+"""Garbage-collector pauses, timed by generation and exposed on /metrics."""
+
+from __future__ import annotations
+
+import gc
+import re
+from pathlib import Path
+
+import httpx
+from prometheus_client import CollectorRegistry, generate_latest
+
+from app import gc_pauses
+from tests.support.server import Server, sim_env
+from tests.support.sim import Simulator
+
+METRICS_KEY = "metrics-key-0123456789abcdef"
+
+
+def _samples(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("courier_gc_pause"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def test_a_full_collection_is_timed_and_exposed_as_a_histogram() -> None:
+    gc_pauses.install()
+    gc_pauses.install()  # idempotent: one callback, not one per app built
+    assert gc.callbacks.count(gc_pauses._on_gc) == 1
+    before, total_before, _ = gc_pauses.pauses(2)
+    gc.collect()
+    count, total, longest = gc_pauses.pauses(2)
+    assert count == before + 1
+    assert total > total_before and longest > 0
+    registry = CollectorRegistry()
+    registry.register(gc_pauses.GcPauseCollector())
+    samples = _samples(generate_latest(registry).decode())
+    assert samples['courier_gc_pause_seconds_count{generation="2"}'] == count
+    assert samples['courier_gc_pause_seconds_bucket{generation="2",le="+Inf"}'] == count
+    bounds = [
+        samples[f'courier_gc_pause_seconds_bucket{{generation="2",le="{b!r}"}}']
+        for b in gc_pauses.BUCKETS
+    ]
+    assert bounds == sorted(bounds) and bounds[-1] <= count
+    assert samples['courier_gc_pause_max_seconds{generation="2"}'] == longest
+
+
+def test_the_server_reports_its_collections(simulator: Simulator, tmp_path: Path) -> None:
+    """The server's own startup collection (before it freezes what startup made) is on
+    /metrics already: the callback is in place from the first app built."""
+    env = sim_env(simulator.base_url, COURIER_METRICS_API_KEY=METRICS_KEY)
+    server = Server(data_dir=tmp_path / "data", env=env).start()
+    try:
+        body = httpx.get(
+            f"{server.base_url}/metrics",
+            headers={"Authorization": f"Bearer {METRICS_KEY}"},
+            timeout=10,
+        ).text
+    finally:
+        server.stop()
+    samples = _samples(body)
+    assert samples['courier_gc_pause_seconds_count{generation="2"}'] >= 1
+    assert re.search(r'^courier_gc_pause_seconds_sum\{generation="0"\} ', body, re.M)
