@@ -34,6 +34,7 @@ from app.providers.base import Provider
 from app.providers.clients import UpstreamClients
 from app.providers.factory import DEFAULT_BASE_URLS, build_keyed_provider
 from app.providers.keyring import KeyStates
+from app.providers.pricing import load_price_table
 from app.responses_serving import ResponsesServing
 from app.routes import approvals as approval_routes
 from app.routes import (
@@ -136,6 +137,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if cleared := store.clear_dead_leases(holder_alive):
         log.warning("cleared %d turn lease(s) left by a previous process", cleared)
     repair_interrupted_turns(store)
+    load_price_table()
     metrics = Metrics()
     count_db_work(
         store.engine,

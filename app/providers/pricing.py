@@ -47,6 +47,16 @@ _BUCKETS: Final[tuple[tuple[str, str, str], ...]] = (
 )
 
 
+def load_price_table() -> None:
+    """Parse the bundled price table now, at startup, not at the first priced call.
+
+    Parsing it builds about 16,000 objects in about 16 ms: on a request's path that
+    stalls every open stream, and objects made after the startup freeze (app/drain.py)
+    are walked again by every full collection.
+    """
+    genai_prices.data_snapshot.get_snapshot()
+
+
 def prices_version() -> str:
     """The source string for every cost priced from the bundled genai-prices table."""
     return f"genai-prices {genai_prices.__version__}"
