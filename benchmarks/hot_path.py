@@ -307,11 +307,11 @@ def bench_growth(rig: Rig, turns: int, window: int = 10) -> None:
     )
 
 
-def _hello(model: str) -> dict[str, Any]:
+def hello_body(model: str) -> dict[str, Any]:
     return {"model": model, "stream": True, "messages": [{"role": "user", "content": "Hi."}]}
 
 
-def _first_token(
+def first_token_s(
     client: httpx.Client, url: str, auth: dict[str, str], body: dict[str, Any]
 ) -> float:
     started = time.perf_counter()
@@ -368,7 +368,7 @@ class _Caller:
                     ttft = time.perf_counter() - started
 
 
-async def _loaded(
+async def loaded_ttfts(
     url: str,
     model: str,
     auth: dict[str, str],
@@ -421,16 +421,16 @@ def bench_ttft(rig: Rig, n: int, workers: int, seconds: float) -> None:
     through: list[float] = []
     rig.reset()
     for _ in range(3):
-        _first_token(rig.http, rig.url, rig.auth, _hello("courier"))
+        first_token_s(rig.http, rig.url, rig.auth, hello_body("courier"))
     # The baseline is the simulator answering the very request Courier sends it (the
     # session's system prompt and tool schemas, about 7 KB): a bare "Hi." would charge the
     # simulator's own work on the bigger body (about 1 ms) to Courier.
     upstream = rig.upstream_body()
     for _ in range(3):
-        _first_token(rig.http, rig.direct_url, rig.auth, upstream)
+        first_token_s(rig.http, rig.direct_url, rig.auth, upstream)
     for _ in range(n):  # interleaved, so drift hits both alike
-        direct.append(_first_token(rig.http, rig.direct_url, rig.auth, upstream))
-        through.append(_first_token(rig.http, rig.url, rig.auth, _hello("courier")))
+        direct.append(first_token_s(rig.http, rig.direct_url, rig.auth, upstream))
+        through.append(first_token_s(rig.http, rig.url, rig.auth, hello_body("courier")))
     d50, t50 = statistics.median(direct), statistics.median(through)
     print(
         f"  (direct: the {len(json.dumps(upstream)) / 1024:.1f} KB request Courier sends upstream)"
@@ -443,10 +443,10 @@ def bench_ttft(rig: Rig, n: int, workers: int, seconds: float) -> None:
     rig.configure(tokens_per_second=20)
     try:
         direct = asyncio.run(
-            _loaded(rig.direct_url, "gpt-4o-mini", rig.auth, workers, seconds, fixed=upstream)
+            loaded_ttfts(rig.direct_url, "gpt-4o-mini", rig.auth, workers, seconds, fixed=upstream)
         )
         before, gc_before = cpu_s(rig.server.pid), rig.gc_pauses()
-        through = asyncio.run(_loaded(rig.url, "courier", rig.auth, workers, seconds))
+        through = asyncio.run(loaded_ttfts(rig.url, "courier", rig.auth, workers, seconds))
         busy = (cpu_s(rig.server.pid) - before) / seconds
         gc_after = rig.gc_pauses()
     finally:

@@ -41,7 +41,7 @@ from typing import Annotated, Any, Protocol
 import httpx
 from _harness import REPO_ROOT, free_port, stop, wait_http
 from fastapi import Depends, FastAPI, Request
-from hot_path import Rig, _first_token, _hello, _loaded, cpu_s, load_limits, pct, text_of
+from hot_path import Rig, cpu_s, first_token_s, hello_body, load_limits, loaded_ttfts, pct, text_of
 
 sys.path.insert(0, str(REPO_ROOT))
 
@@ -682,14 +682,14 @@ def loaded_ttft(
         for name, url, model, _floor in targets:
             rig.reset()
             for _ in range(3):
-                _first_token(http, url, rig.auth, _hello(model))
+                first_token_s(http, url, rig.auth, hello_body(model))
             upstream = rig.upstream_body()
             # 20 tokens/s: multi-second streams, as a voice client's replies are.
             rig.configure(tokens_per_second=20)
             direct = asyncio.run(
-                _loaded(rig.direct_url, "gpt-4o-mini", rig.auth, workers, seconds, upstream)
+                loaded_ttfts(rig.direct_url, "gpt-4o-mini", rig.auth, workers, seconds, upstream)
             )
-            through = asyncio.run(_loaded(url, model, rig.auth, workers, seconds))
+            through = asyncio.run(loaded_ttfts(url, model, rig.auth, workers, seconds))
             out.append(
                 (
                     name,

@@ -32,7 +32,7 @@ def test_a_full_collection_is_timed_and_exposed_as_a_histogram() -> None:
     before, total_before, _ = gc_pauses.pauses(2)
     gc.collect()
     count, total, longest = gc_pauses.pauses(2)
-    assert count == before + 1
+    assert count >= before + 1  # another thread may collect too
     assert total > total_before and longest > 0
     registry = CollectorRegistry()
     registry.register(gc_pauses.GcPauseCollector())
