@@ -1,0 +1,32 @@
+"""What the server's startup does to the interpreter before it takes requests."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+
+import uvicorn
+from fastapi import FastAPI
+
+from app.drain import SWITCH_INTERVAL_S, DrainingServer
+
+
+async def test_startup_freezes_startup_objects_and_shortens_the_switch_interval() -> None:
+    app = FastAPI()
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_config=None)
+    server = DrainingServer(config, app)
+    before = sys.getswitchinterval()
+    assert before != SWITCH_INTERVAL_S
+    running = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(30):
+            while not server.started:
+                await asyncio.sleep(0.01)
+        assert sys.getswitchinterval() == SWITCH_INTERVAL_S
+        assert gc.get_freeze_count() > 0
+    finally:
+        server.should_exit = True
+        await running
+        sys.setswitchinterval(before)
+        gc.unfreeze()
