@@ -23,9 +23,9 @@ SWITCH_INTERVAL_S = 0.0005
 
 The store's writer thread gives the lock up around every SQLite call and must win it
 back from the event loop each time; behind a busy loop each of those waits could last
-the whole interval, so under 100 streams a 1.5 ms unit took 17-23 ms at p99 and every
-opening queued behind it. At 0.5 ms: 9-13 ms, and the loaded TTFT p99 fell by about a
-third (four paired runs, measured inside the server)."""
+the whole interval, so under 100 streams a 1.5 ms unit took 12-23 ms at p99 and every
+opening queued behind it. At 0.5 ms: 9-13 ms, and the loaded TTFT p99 was lower by about
+a third in each of four paired runs (units timed inside the server)."""
 
 
 class DrainingServer(uvicorn.Server):
