@@ -1,9 +1,9 @@
 """How long the garbage collector held the interpreter, by generation.
 
 A collection holds the interpreter lock whichever thread triggered it, so every stream
-stalls for its length: under 100 concurrent streams a young-generation pass took up to
-about 20 ms and the one full pass of a 10-second load about 50 ms (the startup objects
-are frozen, see app/drain.py; what is left is the turns' own). Exposed as
+stalls for its length: under 100 concurrent streams a generation-1 pass took up to
+about 20 ms and the one full pass of a 10-second load 35-60 ms (the startup objects are
+frozen, see app/drain.py; what is left is the turns' own). Exposed as
 `courier_gc_pause_seconds{generation}`, so a latency tail can be told apart from a slow
 write or a slow upstream by a number rather than by guesswork.
 
