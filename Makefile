@@ -45,17 +45,21 @@ unit: install node-deps browser-deps test-tools
 	$(BIN)/python -m pytest -q
 
 # tests/test_ports.py stands up, in a network namespace of its own, the DNAT rule podman writes
-# for a published port: iptables and ip (iproute2), installed when missing, else those skip.
+# for a published port: iptables and ip (iproute2); tests/test_deploy_files.py checks the
+# shipped nginx config with `nginx -t` (nginx-light, openssl). Installed when missing, else
+# those cases skip.
 test-tools:
 	@missing=""; command -v iptables >/dev/null 2>&1 || missing=" iptables"; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
+	{ command -v nginx || test -x /usr/sbin/nginx; } >/dev/null 2>&1 || missing="$$missing nginx-light"; \
+	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing$$missing for tests/test_ports.py"; \
+	    echo "installing$$missing for tests/test_ports.py and tests/test_deploy_files.py"; \
 	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	      apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } \
-	    || echo "apt-get could not install$$missing: tests/test_ports.py's namespace cases will skip"; \
-	  else echo "$$missing not found: tests/test_ports.py's namespace cases will skip"; fi; \
+	    || echo "apt-get could not install$$missing: the cases that need them will skip"; \
+	  else echo "$$missing not found: the cases that need them will skip"; fi; \
 	fi
 
 # kill -9 soak (issue 13): 20 kills, each a server restart; prints its counts, exits 1 on
