@@ -509,7 +509,7 @@ def server_floor(kind: str, n: int, sim: Rig, http: httpx.Client) -> tuple[float
     """(CPU ms per 40-chunk request, CPU µs per chunk) of one floor server."""
     floor = Floor(kind, sim)
     try:
-        relays = kind.startswith("relay") or kind == "stack"
+        relays = kind.startswith("relay")
 
         def run(chunks: int) -> float:
             body: dict[str, Any] = {"chunks": chunks}
