@@ -239,22 +239,25 @@ def stack_app(upstream: str, data: Path) -> Any:
     with one kept SQLAlchemy connection (a session, the user message and a turn before
     the call; the reply, a usage row, the session roll-up and the turn's end after it),
     the upstream call through httpx on `LeanTransport` with an orjson body, every chunk
-    parsed with orjson and re-rendered by Courier's templates, one genai-prices
-    `calc_price` per call. A reply with tool calls adds what a tool turn must: an intent
-    commit before the tool runs, the tool's rows and result in one commit, and the next
-    upstream call. No agent logic at all: what any Courier turn costs before its own."""
+    parsed with orjson and re-rendered by Courier's templates, each call priced from
+    genai-prices' table by Courier's `price_usage` (its linear memo: the fastest use of
+    the package, not a table of our own). A reply with tool calls adds what a tool turn
+    must: an intent commit before the tool runs, the tool's rows and result in one
+    commit, and the next upstream call. No agent logic at all: what any Courier turn
+    costs before its own."""
     import asyncio
     import uuid
     from concurrent.futures import ThreadPoolExecutor
 
-    import genai_prices
     import orjson
     from fastapi import APIRouter
     from sqlalchemy import create_engine
 
     from app.protocol.openai import ChatCompletionRequest
     from app.protocol.render import CompletionRenderer
+    from app.providers.pricing import price_usage
     from app.providers.transport import LeanTransport
+    from app.providers.usage import Usage
     from app.routes.cors import CorsMiddleware
     from app.routes.direct import DirectRoute
     from app.routes.event_stream import EventSourceResponse, ServerSentEvent
@@ -358,13 +361,13 @@ def stack_app(upstream: str, data: Path) -> Any:
 
     def price(usage: dict[str, int]) -> str:
         return str(
-            genai_prices.calc_price(
-                genai_prices.Usage(
+            price_usage(
+                Usage(
                     input_tokens=usage["prompt_tokens"], output_tokens=usage["completion_tokens"]
                 ),
-                "gpt-4o-mini",
-                provider_id="openai",
-            ).total_price
+                model="gpt-4o-mini",
+                provider="openai",
+            ).amount
         )
 
     async def frames(

@@ -7,6 +7,7 @@ bundled data (quoted beside each test), not by calling the code under test a sec
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,7 @@ from pathlib import Path
 import genai_prices
 import pytest
 
+from app.providers import pricing
 from app.providers.pricing import Cost, PriceOverride, price_usage, prices_version
 from app.providers.usage import Usage, usage_from_anthropic
 
@@ -351,3 +353,79 @@ def test_the_price_table_is_parsed_at_startup_not_at_the_first_call(tmp_path: Pa
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True"]
+
+
+# ------------------------------------------------------------------- the linear memo
+
+
+def _snapshot_prices() -> list[tuple[str, object]]:
+    snapshot = genai_prices.data_snapshot.get_snapshot()
+    return [(f"{p.id}/{m.id}", m.get_prices(AT)) for p in snapshot.providers for m in p.models]
+
+
+def test_every_untiered_table_entry_prices_as_genai_prices_does() -> None:
+    """The memo's line for each entry against genai-prices' own figure, for mixed usages:
+    a line that mixed up two buckets, or missed a fixed fee, gives a different sum."""
+    rng = random.Random(20261202)
+    linear = 0
+    for name, price in _snapshot_prices():
+        line = pricing._linear_for(price)
+        if line is None:
+            continue
+        linear += 1
+        for _ in range(5):
+            usage = Usage(
+                input_tokens=rng.randint(0, 300_000),
+                cache_read_tokens=rng.choice([0, rng.randint(1, 100_000)]),
+                cache_write_tokens=rng.choice([0, rng.randint(1, 50_000)]),
+                output_tokens=rng.randint(0, 20_000),
+                reasoning_tokens=rng.choice([0, rng.randint(1, 20_000)]),
+            )
+            counts = pricing._genai_counts(usage)
+            expected = price.calc_price(pricing._genai_usage(counts))["total_price"]  # type: ignore[attr-defined]
+            assert line.total(counts) == expected, (name, usage)
+    # Most of the table is flat-rate; a probe that wrongly gave up would fall back silently.
+    assert linear > 2_000
+
+
+def test_a_tiered_entry_has_no_line() -> None:
+    """claude-sonnet-4-5 doubles its rates past 200K prompt tokens (test_long_context_figure
+    checks that figure): no single line prices it."""
+    snapshot = genai_prices.data_snapshot.get_snapshot()
+    _, info = snapshot.find_provider_model("claude-sonnet-4-5", None, "anthropic", None)
+    assert pricing._linear_for(info.get_prices(AT)) is None
+
+
+def test_a_flat_model_is_priced_by_genai_prices_only_while_probing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = 0
+    real = genai_prices.types.ModelPrice.calc_price
+
+    def counted(self: object, usage: object) -> object:
+        nonlocal calls
+        calls += 1
+        return real(self, usage)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(genai_prices.types.ModelPrice, "calc_price", counted)
+    monkeypatch.setattr(pricing, "_LINEAR", {})
+    usage = Usage(input_tokens=1_699, output_tokens=11)
+    first = price_usage(usage, model="gpt-4o-mini", provider="openai", at=AT)
+    probes = calls
+    assert probes > 0
+    for n in range(50):
+        again = price_usage(
+            Usage(input_tokens=1_699 + n, output_tokens=11), model="gpt-4o-mini", at=AT
+        )
+        assert again.status == "estimated"
+    assert calls == probes
+    # gpt-4o-mini: input 0.15, output 0.6 USD per MTok
+    assert first == Cost(Decimal("0.00026145"), "estimated", SOURCE)
+
+
+@pytest.mark.parametrize(
+    ("amount", "shown"),
+    [("1.23800", "1.238"), ("2.00", "2"), ("100", "100"), ("0", "0"), ("0.00026145", "0.00026145")],
+)
+def test_amounts_read_without_trailing_zeros(amount: str, shown: str) -> None:
+    assert str(pricing._tidy(Decimal(amount))) == shown

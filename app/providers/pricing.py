@@ -38,7 +38,7 @@ _PER_MTOK: Final = Decimal(1_000_000)
 
 # (human label, Usage field, genai-prices price key). Reasoning is absent on purpose: it is
 # a breakdown of output, billed inside it, so a missing reasoning rate never makes a cost
-# unknown (the rare table entry with a distinct one is honoured in `_to_genai_usage`).
+# unknown (the rare table entry with a distinct one is honoured in `_genai_counts`).
 _BUCKETS: Final[tuple[tuple[str, str, str], ...]] = (
     ("input", "input_tokens", "input_mtok"),
     ("output", "output_tokens", "output_mtok"),
@@ -235,7 +235,6 @@ def _price_with_genai(
     usage: Usage, *, model: str, provider: str | None, at: datetime | None, source: str
 ) -> Cost:
     when = at if at is not None else datetime.now(tz=UTC)
-    gp_usage = _to_genai_usage(usage)
     notes: list[str] = []
     if (model, provider, source) in _UNLISTED:
         # The table does not change while we run: a model it lacks is not searched again.
@@ -243,18 +242,19 @@ def _price_with_genai(
         return _unknown(source, f"{source} has no price for model {model!r}{hint}")
     try:
         try:
-            calc = _calc(gp_usage, model, provider, when)
+            entry = _entry(model, provider, when)
         except LookupError:
             if provider is None:
                 _UNLISTED.add((model, provider, source))
                 raise
             # The hint often names the wire ("openai" for any OpenAI-compatible upstream),
             # not the vendor, so let the model name find its vendor, and say we did.
-            calc = _calc(gp_usage, model, None, when)
+            entry = _entry(model, None, when)
             notes.append(
                 f"provider {provider!r} does not list {model!r} in {source}; "
-                f"priced as {calc.provider.id}/{calc.model.id} by model name"
+                f"priced as {entry.model_id} by model name"
             )
+        total = entry.total(usage)
     except LookupError:
         _UNLISTED.add((model, provider, source))
         hint = "" if provider is None else f" (provider {provider!r})"
@@ -262,43 +262,152 @@ def _price_with_genai(
     except ValueError as exc:  # the table rejected the usage shape; never guess a figure
         return _unknown(source, f"{source} could not price {model!r}: {exc}")
 
-    model_id = f"{calc.provider.id}/{calc.model.id}"
     # genai-prices bills a cache bucket it has no rate for at the input rate instead, so the
     # total is only trustworthy if every non-empty bucket has its own rate.
     missing = [
         label
         for label, field, price_key in _BUCKETS
-        if getattr(usage, field) > 0 and getattr(calc.model_price, price_key, None) is None
+        if getattr(usage, field) > 0 and getattr(entry.price, price_key, None) is None
     ]
     if missing:
-        return _unknown(source, f"{source} has no {_join(missing)} rate for {model_id}")
-    if calc.auto_update_timestamp is not None:
+        return _unknown(source, f"{source} has no {_join(missing)} rate for {entry.model_id}")
+    if entry.fetched_at is not None:
         # Someone installed a fetched snapshot in this process; the version no longer names
         # the table, so say when the table was fetched.
-        notes.append(f"rates from a snapshot fetched at {calc.auto_update_timestamp.isoformat()}")
-    total: Decimal = calc.total_price
-    return Cost(total, "estimated", source, tuple(notes))
+        notes.append(f"rates from a snapshot fetched at {entry.fetched_at.isoformat()}")
+    return Cost(_tidy(total), "estimated", source, tuple(notes))
 
 
-def _calc(gp_usage: Any, model: str, provider: str | None, when: datetime) -> Any:
-    """`genai_prices.calc_price`, typed `Any` because the package is untyped for mypy here."""
-    return genai_prices.calc_price(
-        gp_usage, model, provider_id=provider, genai_request_timestamp=when
-    )
+def _tidy(amount: Decimal) -> Decimal:
+    """The amount without trailing zeros after the point (1.23800 -> 1.238, 2.00 -> 2): the
+    same cost otherwise reads differently depending on how its terms were summed."""
+    tidy = amount.normalize()
+    exponent = tidy.as_tuple().exponent
+    return tidy.quantize(Decimal(1)) if isinstance(exponent, int) and exponent > 0 else tidy
 
 
-def _to_genai_usage(usage: Usage) -> Any:
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """The table's price for one model at one moment, as genai-prices resolves it."""
+
+    model_id: str
+    price: Any
+    """genai-prices' `ModelPrice` (untyped for mypy here)."""
+    fetched_at: datetime | None
+
+    def total(self, usage: Usage) -> Decimal:
+        counts = _genai_counts(usage)
+        linear = _linear_for(self.price)
+        if linear is not None:
+            return linear.total(counts)
+        return Decimal(self.price.calc_price(_genai_usage(counts))["total_price"])
+
+
+def _entry(model: str, provider: str | None, when: datetime) -> _Entry:
+    """genai-prices' own lookup (it caches hits) and the price in force `when`: dated
+    prices and time-of-day ones (DeepSeek off-peak) are picked per call."""
+    snapshot: Any = genai_prices.data_snapshot.get_snapshot()
+    vendor, info = snapshot.find_provider_model(model, None, provider, None)
+    fetched_at = snapshot.timestamp if snapshot.from_auto_update else None
+    return _Entry(f"{vendor.id}/{info.id}", info.get_prices(when), fetched_at)
+
+
+_Counts = tuple[int, int, int, int, int]
+"""What genai-prices reads of a usage: the inclusive prompt, cache read, cache write,
+output, and the reasoning part of output."""
+
+
+def _genai_counts(usage: Usage) -> _Counts:
     """Our disjoint buckets in genai-prices' nested form: input_tokens is the whole prompt."""
-    return genai_prices.Usage(
-        input_tokens=usage.prompt_tokens,
-        cache_read_tokens=usage.cache_read_tokens,
-        cache_write_tokens=usage.cache_write_tokens,
-        output_tokens=usage.output_tokens,
+    return (
+        usage.prompt_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        usage.output_tokens,
         # Only used when a model has a distinct reasoning rate (Perplexity deep research);
         # elsewhere it stays inside output. Clamped because genai-prices rejects a part
         # larger than its whole, and a summed Usage could in principle carry one.
-        output_reasoning_tokens=min(usage.reasoning_tokens, usage.output_tokens),
+        min(usage.reasoning_tokens, usage.output_tokens),
     )
+
+
+def _genai_usage(counts: _Counts) -> Any:
+    prompt, cache_read, cache_write, output, reasoning = counts
+    return genai_prices.Usage(
+        input_tokens=prompt,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+        output_tokens=output,
+        output_reasoning_tokens=reasoning,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Linear:
+    """A price with no tiers, as the function genai-prices computes for it: a fixed part
+    plus a rate per token of each count. The rates are read off genai-prices' own figures
+    for probe usages, so they are the table's, not ours.
+
+    `ModelPrice.calc_price` rebuilds its unit registry and decomposition on every call:
+    about 300 µs of the event loop's CPU per upstream call in the server, a tenth of a
+    new-session request. This is a few microseconds."""
+
+    base: Decimal
+    rates: tuple[Decimal, ...]
+
+    def total(self, counts: _Counts) -> Decimal:
+        total = self.base
+        for rate, count in zip(self.rates, counts, strict=True):
+            if count:
+                total += rate * count
+        return total
+
+
+_PROBE: Final = 1_000_000
+_MIXED_PROBE: Final[_Counts] = (3_000_017, 1_000_003, 999_983, 12_345, 2_345)
+_LINEAR: dict[int, tuple[Any, _Linear | None]] = {}
+"""Per `ModelPrice` (by identity, held so the id stays its own): its linear form, or None
+where it has none (tiers) and every call goes through genai-prices."""
+
+
+def _linear_for(price: Any) -> _Linear | None:
+    found = _LINEAR.get(id(price))
+    if found is not None and found[0] is price:
+        return found[1]
+    linear = _probe(price)
+    _LINEAR[id(price)] = (price, linear)
+    return linear
+
+
+def _probe(price: Any) -> _Linear | None:
+    if any(isinstance(v, genai_prices.types.TieredPrices) for v in vars(price).values()):
+        return None  # the rate depends on the prompt's size: not one line
+
+    def at(counts: _Counts) -> Decimal:
+        return Decimal(price.calc_price(_genai_usage(counts))["total_price"])
+
+    n = _PROBE
+    try:
+        base = at((0, 0, 0, 0, 0))
+        fresh = (at((n, 0, 0, 0, 0)) - base) / n
+        output = (at((0, 0, 0, n, 0)) - base) / n
+        linear = _Linear(
+            base,
+            (
+                fresh,
+                (at((n, n, 0, 0, 0)) - base) / n - fresh,
+                (at((n, 0, n, 0, 0)) - base) / n - fresh,
+                output,
+                (at((0, 0, 0, n, n)) - base) / n - output,
+            ),
+        )
+        # A usage mixing every count must price the same both ways, or the entry is not
+        # the line the probes assume (a unit this form does not know).
+        if linear.total(_MIXED_PROBE) != at(_MIXED_PROBE):
+            return None
+    except ValueError:
+        return None
+    return linear
 
 
 def _join(labels: list[str]) -> str:
