@@ -52,11 +52,20 @@ def _checked(
 
 
 async def preflight(
-    ctx: TurnContext, summarise: Summariser, *, turn_start: bool, force: bool = False
+    ctx: TurnContext,
+    summarise: Summariser,
+    *,
+    turn_start: bool,
+    force: bool = False,
+    opened: SessionRow | None = None,
 ) -> Preflight:
-    """Prune (only where it is free) and compact when the projection crosses the threshold."""
+    """Prune (only where it is free) and compact when the projection crosses the threshold.
+
+    `opened`: the session's row as the turn's opening left it, used instead of a read."""
     store, profile, comp = ctx.store, ctx.profile, ctx.compressor
-    session = store.get_session(session_id=ctx.session_id)
+    session = (
+        store.get_session(session_id=ctx.session_id) if opened is None else store.current(opened)
+    )
     assert session is not None
     rows = await live_rows(ctx)
     if comp is None:

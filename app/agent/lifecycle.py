@@ -327,6 +327,9 @@ class SessionLifecycle:
                 head=head,
                 length=place.position,
             )
+            # The placement's row follows the write: a new session's turn starts from it.
+            place.session.transcript_head = head
+            place.session.transcript_len = place.position
 
     def _refresh_instructions(self, place: Placement, instructions: tuple[str, ...]) -> None:
         """The client changed its system prompt: rebuild ours from it, a named cache break
@@ -455,6 +458,7 @@ class SessionLifecycle:
             parallel_tool_calls=req.parallel_tool_calls,
             output_format=req.output_format,
             fallbacks=self.profiles.fallback_routes(profile),
+            opened=session if place.created else None,
         )
 
 

@@ -54,7 +54,7 @@ FINAL_ANSWER_NOTE = (
 
 async def run_turn(ctx: TurnContext) -> TurnFinished:
     """Run one turn to its end and return how it ended; never raises for expected failures."""
-    state = TurnState()
+    state = TurnState(opened=ctx.opened)
     try:
         while True:
             final = state.iterations >= ctx.profile.max_iterations
@@ -183,7 +183,9 @@ async def call_model(
     joined: bool = False,
 ) -> Reply:
     """One upstream call: build the request, stream it, record usage and cost."""
-    checked = await preflight(ctx, summariser(ctx, state), turn_start=state.calls == 0)
+    checked = await preflight(
+        ctx, summariser(ctx, state), turn_start=state.calls == 0, opened=state.take_opened()
+    )
     await project_ahead(ctx, checked.rows)  # a long log's first fold, off the loop
     request = build_request(
         ctx, checked, final=final, tail=tail, tool_choice=tool_choice_for(ctx, state, final)

@@ -639,9 +639,25 @@ class Store:
         values = dict(zip(SESSION_COLUMNS, found, strict=True))
         for flag in SESSION_FLAGS:
             values[flag] = bool(values[flag])
-        row = session_row(values)
+        return self._with_deferred(session_row(values))
+
+    def current(self, row: SessionRow) -> SessionRow:
+        """`row`, read or written earlier by the caller, as `get_session` would read it now:
+        with the deferred writes not yet committed applied (in place). Only for a row the
+        caller knows nothing else has written since; the test suite checks it on every
+        call against a fresh read (COURIER_VERIFY_LIVE_LOG)."""
+        current = self._with_deferred(row)
+        if self._verify_live:
+            fresh = self.get_session(session_id=row.id)
+            stored = fresh.model_dump() if fresh is not None else {}
+            kept = current.model_dump()
+            if differ := sorted(k for k in kept if stored.get(k) != kept[k]):
+                raise AssertionError(f"session {row.id}: the kept row differs in {differ}")
+        return current
+
+    def _with_deferred(self, row: SessionRow) -> SessionRow:
         # Deferred writes not yet committed: the caller sees the row they will make.
-        for apply in self._pending_rollups.get(session_id, ()):
+        for apply in self._pending_rollups.get(row.id, ()):
             apply(row)
         return row
 
