@@ -159,7 +159,7 @@ class ChatServing:
                 self.twins.record_start(handle, req.owner, retry, session_id=session_id)
                 return opened
 
-        opening = asyncio.ensure_future(self.store.off_loop(open_turn))
+        opening = asyncio.ensure_future(self.store.off_loop(open_turn, first=True))
         try:
             opened = await asyncio.shield(opening)
         except asyncio.CancelledError:

@@ -28,10 +28,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -63,6 +63,7 @@ from app.db.turn_sql import (
     session_row,
     session_update,
 )
+from app.db.writer import WriterThread
 from app.long_passes import note as note_pass
 
 log = logging.getLogger(__name__)
@@ -270,9 +271,7 @@ class Store:
         """Tests: compare the kept log with a fresh read on every call."""
         self._lost: set[tuple[str, str]] = set()
         """(session, lease) whose deferred reply was refused: reported by `close_turn`."""
-        self._writer = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="courier-store", initializer=self._start_writer
-        )
+        self._writer = WriterThread("courier-store_0", initializer=self._start_writer)
         """The thread a turn's two transactions run on: a slow write (a 10,000-message
         request, a disk that stalls) then holds that one thread, not every stream."""
 
@@ -311,12 +310,16 @@ class Store:
         if conn is not None:
             conn.close()
 
-    async def off_loop(self, work: Callable[[], T]) -> T:
+    async def off_loop(self, work: Callable[[], T], *, first: bool = False) -> T:
         """Run `work` (synchronous store calls, usually one `unit()`) on the store's writer
         thread. One thread: units never contend with each other for SQLite's write lock,
-        and they commit in the order they were submitted."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writer, contextvars.copy_context().run, work)
+        and they commit in the order they were submitted, except that `first` (a turn's
+        opening, on its request's way to the first token) goes ahead of the ordinary units
+        still waiting (app/db/writer.py)."""
+        run = partial(contextvars.copy_context().run, work)
+        if not first:
+            return await asyncio.get_running_loop().run_in_executor(self._writer, run)
+        return await asyncio.wrap_future(self._writer.submit_first(run))
 
     def commit_off_loop(self, work: Callable[[], T]) -> asyncio.Future[T]:
         """`work` (synchronous store writes) as one unit on the writer thread, with the
