@@ -85,11 +85,11 @@ class TurnContext:
     output_format: OutputFormat | None = None
     """The client's `response_format`: the final answer is checked against it."""
     fallbacks: tuple[Route, ...] = ()
+    """The profile's fallback chain still unused this turn, next first."""
     opened: SessionRow | None = None
     """A new session's row as its opening unit committed it, which nothing in that unit
     changes after the insert: the turn's first preflight starts from it instead of reading
     the row back (a pool checkout and a SELECT on the event loop, ~0.3 ms of its CPU)."""
-    """The profile's fallback chain still unused this turn, next first."""
     mailbox: Mailbox = field(default_factory=Mailbox)
     """Steering messages sent while the turn runs (see app/agent/steer.py)."""
     gate: ApprovalGate | None = None

@@ -296,6 +296,8 @@ class _Entry:
     fetched_at: datetime | None
 
     def total(self, usage: Usage) -> Decimal:
+        # Both ways price the `ModelPrice` itself: `ModelInfo.calc_price` adds only a Groq
+        # Whisper audio rule over it, and our usage has no audio.
         counts = _genai_counts(usage)
         linear = _linear_for(self.price)
         if linear is not None:
