@@ -433,7 +433,10 @@ class SessionLifecycle:
             owner=owner,
             lease=place.lease,
             turn_id=turn_id,
-            workspace=self.setup.workspace(profile, session.id),
+            # A new session's prompt build has just made its workspace.
+            workspace=(self.setup.workspace_path if place.created else self.setup.workspace)(
+                profile, session.id
+            ),
             sampling=req.sampling,
             emit=emit,
             spend=spend,

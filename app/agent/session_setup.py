@@ -23,9 +23,13 @@ class SessionSetup:
         self.store = store
 
     def workspace(self, profile: Profile, session_id: str) -> Path:
-        path = profile.workspace or self.settings.data_dir / "workspaces" / session_id
-        path.mkdir(parents=True, exist_ok=True)
+        path = self.workspace_path(profile, session_id)
+        _ensure_dir(path)
         return path
+
+    def workspace_path(self, profile: Profile, session_id: str) -> Path:
+        """Where the session works, without making sure it exists."""
+        return profile.workspace or self.private_workspace(session_id)
 
     def private_workspace(self, session_id: str) -> Path:
         """Where a session without a profile workspace keeps its files (may not exist)."""
@@ -41,13 +45,18 @@ class SessionSetup:
         instructions: Sequence[str],
         snapshot: str,
     ) -> str:
+        workspace = self.workspace_path(profile, session_id)
+        # A directory made just now holds no context file: not looking saves two stats on
+        # a new session's opening, each a release of the interpreter lock that the writer
+        # thread must win back from a busy event loop.
+        made = _ensure_dir(workspace)
         return build_prompt(
             profile=profile,
             client_instructions=list(instructions),
             session_id=session_id,
             started_at=started_at,
             tool_names=snapshot_names(snapshot),
-            workspace=self.workspace(profile, session_id),
+            workspace=None if made else workspace,
             memory=self.memory(owner, profile),
         ).render()
 
@@ -56,3 +65,16 @@ class SessionSetup:
         if "memory" not in profile.toolsets:
             return ""
         return memory_snapshot(self.store, owner=owner)
+
+
+def _ensure_dir(path: Path) -> bool:
+    """Make `path` (and its parents) if missing; True when this call made it."""
+    try:
+        path.mkdir()
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return False
+    except FileNotFoundError:
+        path.mkdir(parents=True, exist_ok=True)
+    return True

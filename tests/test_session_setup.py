@@ -1,0 +1,68 @@
+"""A new session's workspace and the project context file its prompt takes from it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.agent.session_setup import SessionSetup
+from app.config import Profile, load_settings
+from app.db.store import Store
+
+KEY = "sk-courier-setup-0123456789abcdef"
+NO_MEMORY = ("core",)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[SessionSetup]:
+    settings = load_settings(api_key=KEY, data_dir=tmp_path, upstream_base_url="http://127.0.0.1:9")
+    store = Store.open(tmp_path / "courier.db")
+    yield SessionSetup(settings, store)
+    store.close()
+
+
+def _prompt(setup: SessionSetup, profile: Profile, session_id: str = "sess_1") -> str:
+    return setup.prompt(
+        profile,
+        session_id=session_id,
+        owner="key_1",
+        started_at=0.0,
+        instructions=(),
+        snapshot="[]",
+    )
+
+
+def test_a_private_workspace_is_made_by_the_first_prompt(setup: SessionSetup) -> None:
+    profile = Profile(toolsets=NO_MEMORY)
+    prompt = _prompt(setup, profile)
+    assert setup.private_workspace("sess_1").is_dir()
+    assert "Project context" not in prompt
+    # A later rebuild (a compaction) reads what the agent has written there since.
+    (setup.private_workspace("sess_1") / "AGENTS.md").write_text("Use tabs.")
+    assert "Project context from AGENTS.md:\nUse tabs." in _prompt(setup, profile)
+
+
+def test_a_workspace_that_already_exists_gives_its_context_file(
+    setup: SessionSetup, tmp_path: Path
+) -> None:
+    shared = tmp_path / "project"
+    shared.mkdir()
+    (shared / "COURIER.md").write_text("Run make test before committing.")
+    prompt = _prompt(setup, Profile(toolsets=NO_MEMORY, workspace=shared))
+    assert "Project context from COURIER.md:\nRun make test before committing." in prompt
+    # A fork's copied private workspace exists before its prompt is built: read as well.
+    copied = setup.private_workspace("sess_fork")
+    copied.mkdir(parents=True)
+    (copied / "AGENTS.md").write_text("Forked notes.")
+    assert "Forked notes." in _prompt(setup, Profile(toolsets=NO_MEMORY), "sess_fork")
+
+
+def test_a_workspace_path_that_is_a_file_is_refused(setup: SessionSetup, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    with pytest.raises(FileExistsError):
+        _prompt(setup, Profile(toolsets=NO_MEMORY, workspace=blocker))
+    with pytest.raises(FileExistsError):
+        setup.workspace(Profile(workspace=blocker), "sess_1")
