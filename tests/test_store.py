@@ -274,3 +274,26 @@ def test_an_index_key_without_a_row_id_takes_the_sessions_newest(store: Store) -
     found = find_continuations(store, hashes=["h-named", "h-newest"])
     assert [(c.position, c.last_row_id) for c in found] == [(2, newest), (1, 1)]
     assert newest > 1
+
+
+def test_a_new_sessions_insert_carries_its_transcript_head(tmp_path: Path) -> None:
+    """The opening writes a new session's head in its insert and indexes the keys without
+    moving it again; the keys still find the session."""
+    from app.db.chat_store import TranscriptKey, find_continuations, index_transcript
+
+    store = Store.open(tmp_path / "courier.db")
+    store.create_session(
+        session_id="s2",
+        owner="o",
+        profile="p",
+        system_prompt="x",
+        lease="L",
+        lease_ttl_s=60,
+        transcript=("h-2", 2),
+    )
+    row = store.get_session(session_id="s2")
+    assert row is not None and (row.transcript_head, row.transcript_len) == ("h-2", 2)
+    keys = [TranscriptKey("h-1", 1, None), TranscriptKey("h-2", 2, None)]
+    index_transcript(store, session_id="s2", keys=keys, head="h-2", length=2, move_head=False)
+    assert [c.position for c in find_continuations(store, hashes=["h-1", "h-2"])] == [2, 1]
+    store.close()

@@ -91,6 +91,9 @@ class Placement:
     position: int
     created: bool = False
     keys: list[TranscriptKey] = field(default_factory=list)
+    chained: list[str] | None = None
+    """A new session's transcript hashes for its visible messages, in order, computed
+    before its row was inserted (which carries the last as its head)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +256,11 @@ class SessionLifecycle:
             snapshot=snapshot,
         )
         lease = new_lease_token()
+        # The head goes into the session's own insert: moving it after the messages was
+        # one more statement in every new session's opening, on its way to the first token.
+        rows = [m.row for m in req.messages if m.row is not None]
+        visible = [v for row in rows if (v := visible_row(row)) is not None]
+        chained = chain(seed, visible) if seed else []
         session = self.store.create_session(
             session_id=session_id,
             owner=req.owner,
@@ -263,8 +271,9 @@ class SessionLifecycle:
             client_instructions=req.instructions,
             lease=lease,
             lease_ttl_s=LEASE_TTL_S,
+            transcript=(chained[-1], len(chained)) if chained else None,
         )
-        return Placement(session, lease, req.messages, seed, 0, created=True)
+        return Placement(session, lease, req.messages, seed, 0, created=True, chained=chained)
 
     # ------------------------------------------------------------------ appending
 
@@ -311,11 +320,12 @@ class SessionLifecycle:
     def _track_visible(self, place: Placement, rows: list[NewMessage], ids: list[int]) -> None:
         """Chain the new visible messages onto the session's transcript index."""
         head = place.head or ""
+        chained = iter(place.chained) if place.chained is not None else None
         for row, row_id in zip(rows, ids, strict=True):
             message = visible_row(row)
             if message is None or not head:
                 continue
-            head = extend(head, message)
+            head = next(chained) if chained is not None else extend(head, message)
             place.position += 1
             place.keys.append(TranscriptKey(head, place.position, row_id))
         place.head = head or None
@@ -326,6 +336,7 @@ class SessionLifecycle:
                 keys=place.keys,
                 head=head,
                 length=place.position,
+                move_head=place.chained is None,
             )
             # The placement's row follows the write: a new session's turn starts from it.
             place.session.transcript_head = head

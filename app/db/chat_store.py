@@ -80,9 +80,16 @@ _LAST_ROW = Hot("SELECT MAX(id) FROM message WHERE session_id = :sid")
 
 
 def index_transcript(
-    store: Store, *, session_id: str, keys: Sequence[TranscriptKey], head: str, length: int
+    store: Store,
+    *,
+    session_id: str,
+    keys: Sequence[TranscriptKey],
+    head: str,
+    length: int,
+    move_head: bool = True,
 ) -> None:
-    """Add visible messages to the index and move the session's transcript head."""
+    """Add visible messages to the index and move the session's transcript head (unless
+    the caller wrote it already: a new session's insert carries it)."""
     if not keys:
         return
     with store.begin() as conn:
@@ -100,7 +107,8 @@ def index_transcript(
                 for k in keys
             ],
         )
-        _MOVE_HEAD.run(conn, {"h": head, "n": length, "sid": session_id})
+        if move_head:
+            _MOVE_HEAD.run(conn, {"h": head, "n": length, "sid": session_id})
 
 
 def last_row_id(store: Store, *, session_id: str) -> int:

@@ -588,9 +588,11 @@ class Store:
         lease: str | None = None,
         lease_ttl_s: float = 0.0,
         messages: Sequence[NewMessage] = (),
+        transcript: tuple[str, int] | None = None,
     ) -> SessionRow:
         """Create a session, optionally already leased and holding its first messages, in
-        one transaction: a crash can never leave a half-made session behind."""
+        one transaction: a crash can never leave a half-made session behind. `transcript`:
+        (head, length) of its transcript index, when the caller adds the keys itself."""
         now = time.time()
         values = {
             **SESSION_DEFAULTS,
@@ -606,6 +608,8 @@ class Store:
             "started_at": now,
             "updated_at": now,
         }
+        if transcript is not None:
+            values["transcript_head"], values["transcript_len"] = transcript
         self._forget_live(session_id)
         with self._write() as conn:
             INSERT_SESSION.run(conn, values)
