@@ -297,3 +297,40 @@ def test_a_new_sessions_insert_carries_its_transcript_head(tmp_path: Path) -> No
     index_transcript(store, session_id="s2", keys=keys, head="h-2", length=2, move_head=False)
     assert [c.position for c in find_continuations(store, hashes=["h-1", "h-2"])] == [2, 1]
     store.close()
+
+
+def test_the_closing_release_moves_the_transcript_head_in_the_same_statement(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path / "courier.db")
+    store.create_session(
+        session_id="s3", owner="o", profile="p", system_prompt="x", lease="L", lease_ttl_s=60
+    )
+    store.start_turn(session_id="s3", lease="L", turn_id="t1")
+    store.close_turn(
+        session_id="s3",
+        lease="L",
+        turn_id="t1",
+        exit_reason="completed",
+        iterations=1,
+        transcript=("h-1", 1),
+    )
+    row = store.get_session(session_id="s3")
+    assert row is not None
+    assert (row.lease, row.lease_expires_at) == (None, None)
+    assert (row.transcript_head, row.transcript_len) == ("h-1", 1)
+    # A turn whose lease was taken over releases nothing, and still moves the head, as the
+    # head's own statement did before it rode in the release.
+    assert store.acquire_lease(session_id="s3", lease="M", ttl_s=60)
+    store.close_turn(
+        session_id="s3",
+        lease="L",
+        turn_id="t1",
+        exit_reason="completed",
+        iterations=1,
+        transcript=("h-2", 2),
+    )
+    row = store.get_session(session_id="s3")
+    assert row is not None and row.lease == "M" and row.lease_expires_at is not None
+    assert (row.transcript_head, row.transcript_len) == ("h-2", 2)
+    store.close()

@@ -81,11 +81,11 @@ def test_a_text_turn_commits_twice(counted: Server, sim: Simulator, stream: bool
     # insert reading the compaction count and the newest row id itself; one read that only
     # the suite makes, checking the row the first preflight starts from); this bound
     # catches a query added to the path.
-    assert statements <= 16, statements
+    assert statements <= 15, statements
     for _ in range(2):
         _, commits, statements = _turn(counted, stream=stream, session=sid)
         assert commits == 2
-        assert statements <= 21, statements
+        assert statements <= 20, statements
     sim.assert_script_done()
 
 
@@ -97,7 +97,7 @@ def test_a_tool_turn_adds_only_intent_and_result_commits(counted: Server, sim: S
     sim.assert_script_done()
     # Before the call, intent (the assistant's calls), the one result, after the call.
     assert commits == 4
-    assert statements <= 27, statements
+    assert statements <= 26, statements
     # Every one of them on the store's writer thread, the tool result's too.
     assert _metrics(counted)["courier_db_loop_commits_total"] - on_loop == 0
 
@@ -153,5 +153,5 @@ def test_the_first_turn_after_a_restart_reads_the_log_once(
     sim.assert_script_done()
     assert commits == 2
     # The continued-session bound: the one read of the log fits in its slack; reading it
-    # twice (22) does not.
-    assert statements <= 21, statements
+    # twice (21) does not.
+    assert statements <= 20, statements

@@ -371,18 +371,21 @@ class SessionLifecycle:
         """After the turn: chain the answer the client received onto the index."""
         session_id = place.session.id
 
-        def index(handle: TurnHandle, finished: TurnFinished) -> None:
+        def index(handle: TurnHandle, finished: TurnFinished) -> tuple[str, int] | None:
             if finished.error is not None or finished.exit_reason == "cancelled":
-                return
+                return None
             head = extend(place.head or seed, visible_answer(handle))
             position = place.position + 1
+            # The head moves in the lease's release, the closing's next statement.
             index_transcript(
                 self.store,
                 session_id=session_id,
                 keys=[TranscriptKey(head, position, None)],
                 head=head,
                 length=position,
+                move_head=False,
             )
+            return head, position
 
         return index
 

@@ -55,7 +55,9 @@ RUNNING_PASSED = 8
 """Running turns the twin map's sweep steps past per new turn: enough to reach the finished
 ones behind them over a few turns, never a walk over every turn in flight on each."""
 
-OnFinish = Callable[["TurnHandle", TurnFinished], None]
+OnFinish = Callable[["TurnHandle", TurnFinished], tuple[str, int] | None]
+"""After-turn bookkeeping in the closing unit; returns the (head, length) the session's
+transcript moves to, which the lease's release writes in the same statement."""
 CLOSE_RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 """Waits between attempts to record a turn's end once its closing commit failed."""
 NOT_STORED = TurnError(
@@ -471,9 +473,10 @@ class TurnManager:
             lost = self.store.take_lost(session_id=ctx.session_id, lease=ctx.lease)
             if lost and finished is not None and finished.error is None:
                 finished = replace(finished, exit_reason="lease_lost", error=LEASE_LOST)
+            transcript = None
             if on_finish is not None and finished is not None:
                 try:
-                    on_finish(handle, finished)
+                    transcript = on_finish(handle, finished)
                 except Exception:
                     log.exception("turn %s: after-turn bookkeeping failed", handle.turn_id)
             self.store.close_turn(
@@ -483,6 +486,7 @@ class TurnManager:
                 exit_reason=finished.exit_reason if finished else "cancelled",
                 iterations=finished.iterations if finished else 0,
                 error=finished.error.code if finished and finished.error else None,
+                transcript=transcript,
             )
             _run_unit_hooks(handle, finished)
         return finished

@@ -52,6 +52,7 @@ from app.db.turn_sql import (
     INSERT_SESSION,
     INSERT_TURN,
     RELEASE_LEASE,
+    RELEASE_MOVING_HEAD,
     RENEW_LEASE,
     ROLLUP,
     ROLLUP_READ,
@@ -998,9 +999,11 @@ class Store:
         exit_reason: str,
         iterations: int,
         error: str | None = None,
+        transcript: tuple[str, int] | None = None,
     ) -> None:
         """The turn's closing transaction: whatever it deferred (reply, usage, counters),
-        its finish record and the lease's release, in one commit.
+        its finish record and the lease's release, in one commit. `transcript`: the
+        (head, length) the session's transcript index moves to, in the release's statement.
 
         Ask `take_lost` first (in the same unit) whether a deferred reply was refused
         because the lease had gone, so the turn reports that instead of success.
@@ -1008,7 +1011,12 @@ class Store:
         self._unfence(session_id, lease)
         with self._write() as conn:
             self._finish(conn, turn_id, exit_reason, iterations, error)
-            RELEASE_LEASE.run(conn, {"sid": session_id, "lease": lease})
+            params = {"sid": session_id, "lease": lease}
+            if transcript is None:
+                RELEASE_LEASE.run(conn, params)
+            else:
+                head, length = transcript
+                RELEASE_MOVING_HEAD.run(conn, params | {"h": head, "n": length})
 
     def take_lost(self, *, session_id: str, lease: str) -> bool:
         """Whether a deferred fenced write of this lease was refused (its lease had gone);

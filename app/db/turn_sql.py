@@ -57,6 +57,13 @@ RENEW_LEASE = Hot("UPDATE session SET lease_expires_at = :exp WHERE id = :sid AN
 RELEASE_LEASE = Hot(
     "UPDATE session SET lease = NULL, lease_expires_at = NULL WHERE id = :sid AND lease = :lease"
 )
+RELEASE_MOVING_HEAD = Hot(
+    # The head moves whoever holds the lease now, as a statement of its own did; only the
+    # release is conditioned on it (the right side reads the row as it was).
+    "UPDATE session SET lease = CASE WHEN lease = :lease THEN NULL ELSE lease END, "
+    "lease_expires_at = CASE WHEN lease = :lease THEN NULL ELSE lease_expires_at END, "
+    "transcript_head = :h, transcript_len = :n WHERE id = :sid"
+)
 FINISH_TURN = Hot(
     "UPDATE turn SET finished_at = :now, exit_reason = :reason, iterations = :iterations, "
     "error = :error WHERE id = :tid"
