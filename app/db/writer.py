@@ -11,6 +11,10 @@ Reordering is safe because nobody can have seen what a waiting unit will do: a t
 end reaches its client only after its closing commits, so a request the client sends
 after seeing it was submitted after that commit. Openings keep their order among
 themselves, and so do all the other units.
+
+Closings cannot starve: a turn counts against the concurrent-turn limit until its closing
+has committed, so while closings wait no new turn is admitted, and at most that many
+openings ever go ahead of one.
 """
 
 from __future__ import annotations
