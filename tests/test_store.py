@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app.db.models import SessionRow
 from app.db.store import ApiCallRecord, LeaseLost, NewMessage, Store
 
 
@@ -307,30 +308,26 @@ def test_the_closing_release_moves_the_transcript_head_in_the_same_statement(
         session_id="s3", owner="o", profile="p", system_prompt="x", lease="L", lease_ttl_s=60
     )
     store.start_turn(session_id="s3", lease="L", turn_id="t1")
-    store.close_turn(
-        session_id="s3",
-        lease="L",
-        turn_id="t1",
-        exit_reason="completed",
-        iterations=1,
-        transcript=("h-1", 1),
-    )
-    row = store.get_session(session_id="s3")
-    assert row is not None
+
+    def close(head: str, length: int) -> SessionRow:
+        store.close_turn(
+            session_id="s3",
+            lease="L",
+            turn_id="t1",
+            exit_reason="completed",
+            iterations=1,
+            transcript=(head, length),
+        )
+        row = store.get_session(session_id="s3")
+        assert row is not None
+        assert (row.transcript_head, row.transcript_len) == (head, length)
+        return row
+
+    row = close("h-1", 1)
     assert (row.lease, row.lease_expires_at) == (None, None)
-    assert (row.transcript_head, row.transcript_len) == ("h-1", 1)
     # A turn whose lease was taken over releases nothing, and still moves the head, as the
     # head's own statement did before it rode in the release.
     assert store.acquire_lease(session_id="s3", lease="M", ttl_s=60)
-    store.close_turn(
-        session_id="s3",
-        lease="L",
-        turn_id="t1",
-        exit_reason="completed",
-        iterations=1,
-        transcript=("h-2", 2),
-    )
-    row = store.get_session(session_id="s3")
-    assert row is not None and row.lease == "M" and row.lease_expires_at is not None
-    assert (row.transcript_head, row.transcript_len) == ("h-2", 2)
+    row = close("h-2", 2)
+    assert row.lease == "M" and row.lease_expires_at is not None
     store.close()
