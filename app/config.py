@@ -412,6 +412,9 @@ class Settings(BaseSettings):
     """Extra API keys from `[[keys]]`: name, scopes, limits, caps."""
     max_concurrent_turns: int = Field(default=10, ge=1)
     """Turns running at once across all principals; more get 429 with Retry-After."""
+    replay_memory_mb: int = Field(default=64, ge=1)
+    """Memory for finished turns kept for replays (`/events`, a retry that reattaches);
+    past it the oldest are forgotten (app/agent/finished_turns.py)."""
     tokens_enabled: bool = False
     """Serve `POST /v1/tokens` and accept the short-lived JWTs it mints."""
     token_secret: SecretStr | None = None

@@ -145,7 +145,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         on_statement=metrics.db_statements.inc,
         on_loop_commit=metrics.db_loop_commits.inc,
     )
-    turns = TurnManager(store, metrics, max_running=settings.max_concurrent_turns)
+    turns = TurnManager(
+        store,
+        metrics,
+        max_running=settings.max_concurrent_turns,
+        max_kept_bytes=settings.replay_memory_mb << 20,
+    )
     clients = UpstreamClients(
         max_connections=settings.upstream_pool_size(), lean=settings.upstream_transport == "lean"
     )

@@ -8,6 +8,7 @@ newer turns pushed the turn out, so the memory and the collector's walk grew wit
 
 from __future__ import annotations
 
+import gc
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -149,3 +150,90 @@ def test_the_sweep_steps_past_a_few_running_turns_per_new_one(tmp_path: Path) ->
         turns.remember_twin(turns.new_handle(), "bob", f"d-new-{i}")
     assert ("alice", "d-old") not in turns._by_digest
     assert all(turns.find_twin("alice", f"d-run-{i}", marked_retry=False) for i in range(20))
+
+
+def test_reasoning_runs_are_sealed_as_one_string_too() -> None:
+    # A model that thinks aloud sends thousands of reasoning deltas before its answer.
+    events: list[TurnEvent] = [TurnReasoning(f"step {i}; ") for i in range(2000)]
+    events += [TurnText("answer"), FINISHED]
+    sealed = SealedHistory.of(events)
+    assert sealed.events() == tuple(events)
+    assert sealed._others == (FINISHED,)
+    # One string per kind and 8 bytes of layout per event, not an object per delta.
+    thoughts = "".join(e.text for e in events if isinstance(e, TurnReasoning))
+    assert sealed.nbytes < len(thoughts) + 8 * len(events) + 2000
+
+
+def _closed(turns: TurnManager, session: str, text: str, *, key: str | None = None) -> TurnHandle:
+    """A turn through the manager's own start and close, answering `text`."""
+    handle = turns.new_handle()
+    handle.session_id = session
+    turns._track(handle)
+    turns.remember_twin(handle, "alice", f"digest-{handle.turn_id}")
+    if key is not None:
+        turns.remember(handle, "alice", key, f"digest-{handle.turn_id}")
+    handle.publish(TurnText(text))
+    turns.running.pop(handle.turn_id)
+    turns._close(handle, FINISHED)
+    return handle
+
+
+def _remembered(turns: TurnManager, handle: TurnHandle) -> list[str]:
+    where = []
+    if turns.latest_for(handle.session_id) is handle:
+        where.append("latest")
+    if handle in turns._by_key.values():
+        where.append("by_key")
+    if handle in turns._by_digest.values():
+        where.append("by_digest")
+    return where
+
+
+def test_finished_turns_are_held_to_a_byte_budget(tmp_path: Path) -> None:
+    turns = TurnManager(Store.open(tmp_path / "courier.db"), Metrics(), max_kept_bytes=200_000)
+    answer = "x" * 30_000  # about 32 KB kept per turn with its handle
+    handles = [_closed(turns, f"s-{i}", answer, key=f"k-{i}") for i in range(20)]
+    assert turns.kept.bytes <= 200_000
+    kept = [h for h in handles if _remembered(turns, h)]
+    # The newest stay, whole, in every map; the oldest are gone from all of them.
+    assert kept == handles[-len(kept) :]
+    assert 4 <= len(kept) <= 6
+    assert all(_remembered(turns, h) == ["latest", "by_key", "by_digest"] for h in kept)
+    assert turns.latest_for("s-0") is None
+    assert turns.find("alice", "k-0") is None
+    assert turns.find("alice", "k-19") is handles[-1]
+    assert turns.latest_for("s-19") is not None
+    assert turns.latest_for("s-19").history() == (TurnText(answer), FINISHED)  # type: ignore[union-attr]
+
+
+def test_the_budget_never_forgets_a_session_s_newer_turn(tmp_path: Path) -> None:
+    turns = TurnManager(Store.open(tmp_path / "courier.db"), Metrics(), max_kept_bytes=100_000)
+    old = _closed(turns, "s-1", "x" * 40_000)
+    newer = _closed(turns, "s-1", "short")  # the same session's next turn
+    for i in range(2):  # the second pushes the oldest out, and only it
+        _closed(turns, f"s-other-{i}", "x" * 40_000)
+    assert _remembered(turns, old) == []
+    assert _remembered(turns, newer) == ["latest", "by_digest"]
+
+
+def test_a_single_turn_over_the_budget_stays_until_the_next(tmp_path: Path) -> None:
+    turns = TurnManager(Store.open(tmp_path / "courier.db"), Metrics(), max_kept_bytes=10_000)
+    big = _closed(turns, "s-1", "x" * 50_000)
+    assert _remembered(turns, big) == ["latest", "by_digest"]
+    small = _closed(turns, "s-2", "hello")
+    assert _remembered(turns, big) == []
+    assert _remembered(turns, small) == ["latest", "by_digest"]
+
+
+def test_a_turn_the_maps_forgot_leaves_the_account(tmp_path: Path) -> None:
+    turns = TurnManager(Store.open(tmp_path / "courier.db"), Metrics())
+    first = _closed(turns, "s-1", "x" * 10_000)
+    charged = turns.kept.bytes
+    assert charged > 10_000 and len(turns.kept) == 1
+    # Pushed out by the maps themselves (here: forgotten), then freed.
+    turns._forget(first)
+    del first
+    gc.collect()
+    _closed(turns, "s-2", "hello")
+    assert len(turns.kept) == 1
+    assert turns.kept.bytes < charged

@@ -218,3 +218,28 @@ def test_events_replay_after_n_yields_exactly_the_rest(srv: Server, sim: Simulat
     assert text == "Let me wait.\n\nDone waiting."
     for n in (1, 2, len(everything) - 1, len(everything), len(everything) + 5):
         assert _events(srv, sid, after=n) == everything[n:]
+
+
+def test_replays_are_held_to_the_memory_budget(
+    simulator: Simulator, sim: Simulator, tmp_path: Path
+) -> None:
+    """Finished turns kept for `/events` fit COURIER_REPLAY_MEMORY_MB: past it the oldest
+    is forgotten with a clear 404, the newest still replays whole."""
+    env = sim_env(simulator.base_url, COURIER_REPLAY_MEMORY_MB="1")
+    server = Server(data_dir=tmp_path / "replay", env=env).start()
+    try:
+        answer = " ".join(f"{i:05}" + "x" * 400 for i in range(1_500))  # 600 KB per turn
+        sim.script([{"reply": {"text": answer}}] * 3)
+        sids = []
+        for i in range(3):
+            resp = _chat(server, f"ask {i}")
+            assert resp.status_code == 200, resp.text
+            sids.append(resp.headers["x-session-id"])
+        gone = _get(server, f"/v1/sessions/{sids[0]}/events")
+        assert gone.status_code == 404, gone.text
+        assert gone.json()["error"]["code"] == "turn_not_found"
+        events = _events(server, sids[2])
+        assert "".join(e.get("text", "") for e in events if e["type"] == "text") == answer
+        assert events[-1]["type"] == "finished"
+    finally:
+        server.stop()

@@ -10,14 +10,14 @@ import asyncio
 import logging
 import secrets
 import time
-from array import array
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from functools import partial
 from typing import Literal
 
-from app.agent.events import TurnError, TurnEvent, TurnFinished, TurnText
+from app.agent.events import TurnError, TurnEvent, TurnFinished
+from app.agent.finished_turns import MAX_KEPT_BYTES, KeptTurns, SealedHistory
 from app.agent.loop import run_turn
 from app.agent.refusals import SessionBusy as SessionBusy
 from app.agent.turn_context import Mailbox, TurnContext
@@ -67,51 +67,6 @@ NOT_STORED = TurnError(
 )
 
 
-class SealedHistory:
-    """A finished turn's events, kept for replays (a reattaching retry, `/events`) in a
-    fraction of the memory: each text delta was an object of its own (40 for a short
-    answer), and thousands of finished turns are kept. The runs of text become one string
-    and their lengths; every other event stays as it was. `events()` gives back equal ones.
-    """
-
-    __slots__ = ("_layout", "_others", "_text")
-
-    def __init__(self, text: str, layout: array[int], others: tuple[TurnEvent, ...]) -> None:
-        self._text = text
-        self._layout = layout
-        """Per event: its text's length (>= 0), or -(1 + its index in `_others`)."""
-        self._others = others
-
-    @classmethod
-    def of(cls, events: list[TurnEvent]) -> SealedHistory:
-        texts: list[str] = []
-        layout = array("q")
-        others: list[TurnEvent] = []
-        for event in events:
-            if type(event) is TurnText:
-                texts.append(event.text)
-                layout.append(len(event.text))
-            else:
-                layout.append(-1 - len(others))
-                others.append(event)
-        return cls("".join(texts), layout, tuple(others))
-
-    def events(self) -> tuple[TurnEvent, ...]:
-        out: list[TurnEvent] = []
-        at = 0
-        text, others = self._text, self._others
-        for n in self._layout:
-            if n >= 0:
-                out.append(TurnText(text[at : at + n]))
-                at += n
-            else:
-                out.append(others[-1 - n])
-        return tuple(out)
-
-    def __len__(self) -> int:
-        return len(self._layout)
-
-
 class TurnHandle:
     def __init__(self, turn_id: str, session_id: str) -> None:
         self.turn_id = turn_id
@@ -123,6 +78,8 @@ class TurnHandle:
         self.task: asyncio.Task[TurnFinished] | None = None
         self.idempotency: tuple[str, str] | None = None
         """(owner, key) when the client sent an Idempotency-Key; set by the manager."""
+        self.twin_key: tuple[str, str] | None = None
+        """(owner, body digest) in the manager's twin map, once remembered there."""
         self.request_digest = ""
         self.completion_id = ""
         self.created = 0
@@ -165,11 +122,13 @@ class TurnHandle:
         """How many events the turn has published (an event's sequence number is its place)."""
         return len(self._history)
 
-    def seal(self) -> None:
-        """The turn has ended: keep its events compactly for replays (see `SealedHistory`)."""
+    def seal(self) -> int:
+        """The turn has ended: keep its events compactly for replays (see `SealedHistory`).
+        Returns about how many bytes they hold."""
         history = self._history
         if isinstance(history, list):
-            self._history = SealedHistory.of(history)
+            history = self._history = SealedHistory.of(history)
+        return history.nbytes
 
     def subscribe(self, after: int = 0) -> asyncio.Queue[TurnEvent]:
         """A queue of the turn's events after the first `after` (from its start by default),
@@ -220,7 +179,14 @@ class TurnHandle:
 
 
 class TurnManager:
-    def __init__(self, store: Store, metrics: Metrics, *, max_running: int = 1024) -> None:
+    def __init__(
+        self,
+        store: Store,
+        metrics: Metrics,
+        *,
+        max_running: int = 1024,
+        max_kept_bytes: int = MAX_KEPT_BYTES,
+    ) -> None:
         self.store = store
         self.metrics = metrics
         self.max_running = max_running
@@ -232,6 +198,8 @@ class TurnManager:
         """Background retries of closes the database refused (see `_close_later`)."""
         self.latest: OrderedDict[str, TurnHandle] = OrderedDict()
         """Each session's newest turn, running or finished, for stop and event replay."""
+        self.kept = KeptTurns(self._forget, max_kept_bytes)
+        """The byte budget over the finished turns the maps above remember."""
 
     def latest_for(self, session_id: str) -> TurnHandle | None:
         return self.latest.get(session_id)
@@ -261,7 +229,17 @@ class TurnManager:
         window = RETRY_WINDOW_S if marked_retry else TWIN_WINDOW_S
         return handle if time.monotonic() - handle.finished_at < window else None
 
+    def _forget(self, handle: TurnHandle) -> None:
+        """Out of every map, as if newer turns had pushed it out (`KeptTurns`' budget)."""
+        if self.latest.get(handle.session_id) is handle:
+            del self.latest[handle.session_id]
+        if handle.idempotency is not None and self._by_key.get(handle.idempotency) is handle:
+            del self._by_key[handle.idempotency]
+        if handle.twin_key is not None and self._by_digest.get(handle.twin_key) is handle:
+            del self._by_digest[handle.twin_key]
+
     def remember_twin(self, handle: TurnHandle, owner: str, digest: str) -> None:
+        handle.twin_key = (owner, digest)
         self._by_digest[(owner, digest)] = handle
         self._by_digest.move_to_end((owner, digest))
         # A turn finished longer ago than any retry window is nobody's twin: held until
@@ -371,7 +349,7 @@ class TurnManager:
                 hook(handle)
             except Exception:
                 log.exception("turn %s: a close hook failed", handle.turn_id)
-        handle.seal()
+        self.kept.add(handle, handle.seal())
 
     async def _run(
         self,
