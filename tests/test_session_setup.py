@@ -34,11 +34,16 @@ def _prompt(setup: SessionSetup, profile: Profile, session_id: str = "sess_1") -
     )
 
 
-def test_a_private_workspace_is_made_by_the_first_prompt(setup: SessionSetup) -> None:
+def test_a_private_workspace_is_left_to_the_first_tool_batch(setup: SessionSetup) -> None:
     profile = Profile(toolsets=NO_MEMORY)
     prompt = _prompt(setup, profile)
-    assert setup.private_workspace("sess_1").is_dir()
+    # Neither the prompt nor a later turn's context makes it: a session that never runs a
+    # tool leaves no directory behind.
+    assert not setup.private_workspace("sess_1").exists()
+    assert setup.workspace(profile, "sess_1") == setup.private_workspace("sess_1")
+    assert not setup.private_workspace("sess_1").exists()
     assert "Project context" not in prompt
+    setup.private_workspace("sess_1").mkdir(parents=True)  # as the first tool batch makes it
     # A later rebuild (a compaction) reads what the agent has written there since.
     (setup.private_workspace("sess_1") / "AGENTS.md").write_text("Use tabs.")
     assert "Project context from AGENTS.md:\nUse tabs." in _prompt(setup, profile)
@@ -66,3 +71,9 @@ def test_a_workspace_path_that_is_a_file_is_refused(setup: SessionSetup, tmp_pat
         _prompt(setup, Profile(toolsets=NO_MEMORY, workspace=blocker))
     with pytest.raises(FileExistsError):
         setup.workspace(Profile(workspace=blocker), "sess_1")
+
+
+def test_a_profile_workspace_is_made_if_missing(setup: SessionSetup, tmp_path: Path) -> None:
+    shared = tmp_path / "team" / "project"
+    assert setup.workspace(Profile(workspace=shared), "sess_1") == shared
+    assert shared.is_dir()

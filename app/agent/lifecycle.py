@@ -447,7 +447,7 @@ class SessionLifecycle:
             owner=owner,
             lease=place.lease,
             turn_id=turn_id,
-            # A new session's prompt build has just made its workspace.
+            # A new session's prompt build has just made (or left) its workspace.
             workspace=(self.setup.workspace_path if place.created else self.setup.workspace)(
                 profile, session.id
             ),

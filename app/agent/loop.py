@@ -351,6 +351,12 @@ async def persist_intent(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, 
 def persist_reply(ctx: TurnContext, reply: Reply, calls: tuple[ToolCall, ...]) -> None:
     if not reply.text and not calls:
         return
+    if calls:
+        # The tools about to run (a plugin's too) may take the workspace as there. A private
+        # one is made here, in the unit that records their intent, on the writer thread: at
+        # each session's opening it cost every session without tools, and on the event loop
+        # every stream would wait out the file system's journal.
+        ctx.workspace.mkdir(parents=True, exist_ok=True)
     ctx.store.append_messages(
         session_id=ctx.session_id,
         lease=ctx.lease,
