@@ -26,6 +26,15 @@ back from the event loop each time; behind a busy loop each of those waits could
 the whole interval, so under 100 streams a 1.5 ms unit took 12-23 ms at p99 and every
 opening queued behind it. At 0.5 ms: 9-13 ms, and the loaded TTFT p99 was lower by about
 a third in each of four paired runs (units timed inside the server)."""
+GC_THRESHOLDS = (7000, 10, 10)
+"""The collector's thresholds (CPython: 700, 10, 10). Under 100 streams the young objects
+at each collection are mostly the in-flight turns' own, walked again at every pass: with
+700, 120 young and 11 middle passes per 10 seconds, 263-365 ms of collection (about 0.45 ms
+of CPU per request) and 4-8 passes over 10 ms. With 7,000, in seven runs paired with those
+(benchmarks/hot_path.py `--only ttft`, the server's own pause histogram): 11 and 1, 101-149
+ms, 3-6 over 10 ms; the added TTFT p99's median over the seven went from 54 to 25 ms (the
+host is noisy: both spanned 9-61 ms). Larger thresholds made each young pass longer than
+the tail allows (17 ms at 20,000, 24-32 ms at 50,000)."""
 
 
 class DrainingServer(uvicorn.Server):
@@ -45,6 +54,7 @@ class DrainingServer(uvicorn.Server):
         # lock), a few times per 10,000-message request. Frozen, collections skip it.
         gc.collect()
         gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
         sys.setswitchinterval(SWITCH_INTERVAL_S)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
