@@ -1,13 +1,14 @@
 """How many transactions a turn costs, counted over HTTP by the server's engine hooks.
 
 Two per text turn (one before the upstream call, one after), whether the session is new
-or continued; a tool batch adds its intent commit and one per result (plus whatever the
-tool itself writes). Counting, not timing: a regression that adds a commit to the turn
-path fails here on any machine.
+or continued; a tool batch adds its intent commit and one per result, in which a store
+tool's own change (the to-do list, memory) rides. Counting, not timing: a regression
+that adds a commit to the turn path fails here on any machine.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,51 @@ def test_a_tool_turn_adds_only_intent_and_result_commits(counted: Server, sim: S
     assert statements <= 26, statements
     # Every one of them on the store's writer thread, the tool result's too.
     assert _metrics(counted)["courier_db_loop_commits_total"] - on_loop == 0
+
+
+def _tool_result(sim: Simulator) -> str:
+    """The newest tool message of the last chat request Courier sent upstream."""
+    body = json.loads(sim.requests("/v1/chat/completions")[-1]["body"])
+    return str([m for m in body["messages"] if m["role"] == "tool"][-1]["content"])
+
+
+def test_a_store_tool_s_change_rides_in_its_result_commit(counted: Server, sim: Simulator) -> None:
+    add = {"name": "todo", "arguments": {"action": "add", "items": ["check the logs"]}}
+    sim.script([{"reply": {"tool_calls": [add]}}, {"reply": {"text": "added"}}])
+    sid, commits, statements = _turn(counted, stream=True)
+    sim.assert_script_done()
+    # Opening, intent, the list's change with its result, closing: the change had its own.
+    assert commits == 4
+    assert statements <= 30, statements
+    assert "check the logs" in _tool_result(sim)
+    # The change is stored: the next turn's list shows it.
+    listed = {"name": "todo", "arguments": {"action": "list"}}
+    sim.script([{"reply": {"tool_calls": [listed]}}, {"reply": {"text": "listed"}}])
+    _, commits, _ = _turn(counted, stream=True, session=sid)
+    assert commits == 4
+    assert "check the logs" in _tool_result(sim)
+
+
+def test_a_refused_store_change_stores_its_error_and_changes_nothing(
+    counted: Server, sim: Simulator
+) -> None:
+    add = {"name": "todo", "arguments": {"action": "add", "items": ["first"]}}
+    sim.script([{"reply": {"tool_calls": [add]}}, {"reply": {"text": "added"}}])
+    sid, _, _ = _turn(counted, stream=True)
+    # Valid arguments; the id check fails inside the transaction, after its upsert.
+    bad = {
+        "name": "todo",
+        "arguments": {"action": "update", "items": [{"id": 99, "status": "done"}]},
+    }
+    sim.script([{"reply": {"tool_calls": [bad]}}, {"reply": {"text": "no such item"}}])
+    _, commits, _ = _turn(counted, stream=True, session=sid)
+    sim.assert_script_done()
+    assert commits == 4
+    assert _tool_result(sim).startswith("error:")
+    listed = {"name": "todo", "arguments": {"action": "list"}}
+    sim.script([{"reply": {"tool_calls": [listed]}}, {"reply": {"text": "listed"}}])
+    _turn(counted, stream=True, session=sid)
+    assert "first" in _tool_result(sim) and "99" not in _tool_result(sim)
 
 
 @pytest.mark.parametrize("stream", [True, False])

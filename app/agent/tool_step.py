@@ -9,14 +9,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any, TypeVar
 
 from app.agent.events import ToolFinished, ToolStarted, TurnEvent
 from app.db.store import NewMessage, Store
 from app.providers.base import ToolCall
 from app.tools.dispatch import Guard, dispatch
-from app.tools.registry import ToolContext, ToolOutcome, ToolRegistry
+from app.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
 from app.tools.repair import repair_json_arguments, resolve_tool_name
 from app.tools.spill import SpillInput, budgets, spill
+
+T = TypeVar("T")
 
 
 def repair_calls(
@@ -86,8 +89,12 @@ class BatchRunner:
     """Characters of tool output already put in front of the model this turn."""
     _started: dict[int, float] = field(default_factory=dict)
     _rows: dict[int, int] = field(default_factory=dict)
+    """This batch's stored results: call index -> message row id."""
 
     async def run(self, calls: Sequence[ToolCall]) -> list[ToolOutcome]:
+        # Per batch: indices restart at 0, and a row kept from the last batch would pass
+        # for this one's stored result.
+        self._rows = {}
         outcomes = await dispatch(
             calls,
             self.registry,
@@ -95,6 +102,7 @@ class BatchRunner:
             on_start=self._on_start,
             on_result=self._on_result,
             guard=self.guard,
+            in_unit=self._in_unit,
         )
         self._relocate_oversized(calls, outcomes)
         return outcomes
@@ -106,6 +114,37 @@ class BatchRunner:
     async def _on_result(self, index: int, call: ToolCall, outcome: ToolOutcome) -> None:
         # Committed as it arrives, on the store's writer thread: a crash later in the batch
         # keeps what already ran, and a slow disk holds this turn, not every stream.
+        if index not in self._rows:  # else its `in_unit` work stored it with its change
+            self._rows[index] = await self._commit(partial(self._store_result, call, outcome))
+        started = self._started.get(index, time.monotonic())
+        duration_ms = (time.monotonic() - started) * 1000
+        self.emit(ToolFinished(call.id, call.name, outcome.is_error, duration_ms))
+
+    async def _in_unit(
+        self, index: int, call: ToolCall, tool: Tool, args: dict[str, Any]
+    ) -> ToolOutcome:
+        """A store tool's change and its result in one commit: apart, they were two, and
+        a crash between them left the change made and the call unanswered."""
+
+        def unit() -> tuple[ToolOutcome, int]:
+            outcome = self.registry.invoke_in_unit(tool, args, self.tool_ctx)
+            return outcome, self._store_result(call, outcome)
+
+        outcome, self._rows[index] = await self._commit(unit)
+        return outcome
+
+    async def _commit(self, work: Callable[[], T]) -> T:
+        landing = self.store.commit_off_loop(work)
+        try:
+            return await asyncio.shield(landing)
+        except asyncio.CancelledError:
+            # The commit goes on in the writer thread; let it land before the cancellation
+            # closes the batch's unanswered calls, or this call would get an `interrupted`
+            # result as well as its own.
+            await asyncio.wait({landing})
+            raise
+
+    def _store_result(self, call: ToolCall, outcome: ToolOutcome) -> int:
         result = NewMessage(
             role="tool",
             content=outcome.content,
@@ -113,27 +152,13 @@ class BatchRunner:
             tool_name=call.name,
             is_error=outcome.is_error,
         )
-        landing = self.store.commit_off_loop(
-            partial(
-                self.store.append_messages,
-                session_id=self.tool_ctx.session_id,
-                lease=self.lease,
-                turn_id=self.turn_id,
-                messages=[result],
-            )
+        [row_id] = self.store.append_messages(
+            session_id=self.tool_ctx.session_id,
+            lease=self.lease,
+            turn_id=self.turn_id,
+            messages=[result],
         )
-        try:
-            [row_id] = await asyncio.shield(landing)
-        except asyncio.CancelledError:
-            # The commit goes on in the writer thread; let it land before the cancellation
-            # closes the batch's unanswered calls, or this call would get an `interrupted`
-            # result as well as its own.
-            await asyncio.wait({landing})
-            raise
-        self._rows[index] = row_id
-        started = self._started.get(index, time.monotonic())
-        duration_ms = (time.monotonic() - started) * 1000
-        self.emit(ToolFinished(call.id, call.name, outcome.is_error, duration_ms))
+        return row_id
 
     def _relocate_oversized(self, calls: Sequence[ToolCall], outcomes: list[ToolOutcome]) -> None:
         """Rows keep the full text for display; the model sees a preview of big results.

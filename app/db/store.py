@@ -85,6 +85,11 @@ class PersistenceError(Exception):
     """
 
 
+STORE_FAILURES: tuple[type[Exception], ...] = (PersistenceError, LeaseLost, SQLAlchemyError)
+"""What a failed store call raises inside a unit, before the unit names it: code that runs
+inside one (a tool's `in_unit` work) lets these through, so the unit rolls back whole."""
+
+
 @contextmanager
 def _as_persistence_error() -> Iterator[None]:
     try:

@@ -245,7 +245,8 @@ def update_memory(
 
     `change` runs while this transaction holds SQLite's write lock (the upsert comes
     first), so a cap it checks cannot be overtaken by a concurrent write; whatever it
-    raises rolls the transaction back and propagates unchanged.
+    raises propagates unchanged, and nothing is written but, when the owner had no row,
+    the empty one the upsert made (it reads as no notes; outside a unit it rolls back too).
     """
     with store.begin() as conn:
         _OPEN_NOTES.run(conn, {"owner": owner, "now": time.time()})
@@ -291,7 +292,8 @@ def update_todo(
 ) -> TodoState:
     """Apply `change` to the session's todo list atomically and return the stored result.
 
-    Same locking as `update_memory`: the upsert takes the write lock before the read.
+    Same locking as `update_memory`: the upsert takes the write lock before the read, and
+    what `change` raises leaves at most the empty list the upsert made.
     """
     with store.begin() as conn:
         try:

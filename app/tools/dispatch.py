@@ -52,6 +52,9 @@ OnResult = Callable[[int, ToolCall, ToolOutcome], Awaitable[None]]
 Guard = Callable[[ToolCall, Tool, dict[str, Any]], Awaitable[ToolOutcome | None]]
 """Consulted before a known tool runs: None lets it run, an outcome answers instead
 (a refusal). It may wait, for a human's approval; the call's slot waits with it."""
+InUnit = Callable[[int, ToolCall, Tool, dict[str, Any]], Awaitable[ToolOutcome]]
+"""Runs a tool's `in_unit` work inside the transaction that records its result (the
+caller's `on_result` then knows the result is already stored)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,13 +187,15 @@ async def dispatch(
     on_result: OnResult | None = None,
     resolve: Resolve = canonical_path,
     guard: Guard | None = None,
+    in_unit: InUnit | None = None,
 ) -> list[ToolOutcome]:
     """Run the batch by its plan and return one outcome per call, in emission order.
 
     `on_start(index, call)` fires as a call begins (after it wins a worker) and
     `on_result(index, call, outcome)` as it ends, so the caller can persist results and
     emit progress while slower siblings are still running. A callback that raises is a bug
-    in the caller: it cancels the rest of the batch and propagates.
+    in the caller: it cancels the rest of the batch and propagates. `in_unit` runs a tool
+    that has `in_unit` work instead of its handler (see `InUnit`).
 
     Cancelling the awaiting task cancels the calls in flight and propagates at once; calls
     that already reported through `on_result` are the only ones with outcomes.
@@ -210,7 +215,12 @@ async def dispatch(
             outcome = await registry.run(call, ctx)
         else:
             refused = await guard(call, item.tool, item.args) if guard is not None else None
-            outcome = refused or await registry.invoke(item.tool, item.args, ctx)
+            if refused is not None:
+                outcome = refused
+            elif in_unit is not None and item.tool.in_unit is not None:
+                outcome = await in_unit(index, call, item.tool, item.args)
+            else:
+                outcome = await registry.invoke(item.tool, item.args, ctx)
         outcomes[index] = outcome
         if on_result is not None:
             await on_result(index, call, outcome)

@@ -153,6 +153,7 @@ MEMORY = Tool(
         "additionalProperties": False,
     },
     handler=memory,
+    in_unit=_memory,
     read_only=False,
     toolset="memory",
 )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from app.db.store import Store
+from app.db.store import STORE_FAILURES, Store
 from app.providers.base import ToolCall, ToolSpec
 from app.tools.repair import coerce_arguments, resolve_tool_name
 from app.tools.tool_quota import ToolQuota
@@ -45,6 +45,8 @@ class ToolContext:
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
+UnitHandler = Callable[[dict[str, Any], ToolContext], str]
+"""A tool's work when it is only store reads and writes, done synchronously."""
 Access = Literal["read", "write"]
 
 
@@ -76,6 +78,11 @@ class Tool:
     toolset: str = "core"
     spill_exempt: bool = False
     """Never relocate this tool's output to a file (the file reader: recovery must not recurse)."""
+    in_unit: UnitHandler | None = None
+    """The same work as `handler`, for a turn to run inside the transaction that records
+    its result, on the store's writer thread: one commit for the change and its result
+    where there were two (and a thread hop). It must leave its writes whole: it raises
+    before its last write or not at all, since what it wrote commits with the result."""
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
@@ -211,6 +218,19 @@ class ToolRegistry:
             return ToolOutcome(await tool.handler(coerce_arguments(args, tool.parameters), ctx))
         except ToolError as exc:
             return ToolOutcome(f"error: {exc}", True)
+        except Exception:
+            log.exception("tool %s failed", tool.name)
+            return ToolOutcome(f"error: {tool.name} failed with an internal error", True)
+
+    def invoke_in_unit(self, tool: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        """`invoke` for a tool's `in_unit` work, inside the caller's store unit."""
+        assert tool.in_unit is not None
+        try:
+            return ToolOutcome(tool.in_unit(coerce_arguments(args, tool.parameters), ctx))
+        except ToolError as exc:
+            return ToolOutcome(f"error: {exc}", True)
+        except STORE_FAILURES:
+            raise  # the unit itself failed: it rolls back whole, and the turn says so
         except Exception:
             log.exception("tool %s failed", tool.name)
             return ToolOutcome(f"error: {tool.name} failed with an internal error", True)

@@ -221,6 +221,7 @@ TODO = Tool(
         "additionalProperties": False,
     },
     handler=todo,
+    in_unit=_todo,
     read_only=False,
     toolset="core",
 )
