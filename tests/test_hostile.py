@@ -504,6 +504,19 @@ def test_one_megabyte_message_is_accepted(server: Server, sim: Simulator) -> Non
     assert _messages(server, resp.headers["x-session-id"])[0]["content"] == big
 
 
+def test_a_refusal_deep_in_a_long_history_is_the_same_400(server: Server, sim: Simulator) -> None:
+    # Past 64 messages the check runs off the event loop: the same error shape, nothing run.
+    history: list[dict[str, Any]] = []
+    for i in range(200):
+        history.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"})
+    history.append({"role": "function", "name": "f", "content": "legacy"})
+    before = len(sim.requests())
+    error = _error(_post(server, {"model": "courier", "messages": history}), 400)
+    assert error["param"] == "messages[200].role" and "function" in error["message"]
+    assert len(sim.requests()) == before
+    _healthy(server)
+
+
 # ------------------------------------------------------------- 4. authentication
 
 
