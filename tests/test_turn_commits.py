@@ -86,7 +86,7 @@ def test_a_text_turn_commits_twice(counted: Server, sim: Simulator, stream: bool
     for _ in range(2):
         _, commits, statements = _turn(counted, stream=stream, session=sid)
         assert commits == 2
-        assert statements <= 20, statements
+        assert statements <= 18, statements
     sim.assert_script_done()
 
 

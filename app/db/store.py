@@ -675,11 +675,16 @@ class Store:
         return row
 
     def acquire_lease(self, *, session_id: str, lease: str, ttl_s: float) -> bool:
-        """Take the session's turn lease if it is free or expired."""
+        """Take the session's turn lease if it is free or expired. Inside a unit, taking it
+        proves the fence for the unit's later writes (the transaction holds the write lock
+        from this statement on, so nobody can take it in between)."""
         now = time.time()
         with self._write() as conn:
             params = {"lease": lease, "exp": now + ttl_s, "sid": session_id, "now": now}
-            return bool(TAKE_LEASE.run(conn, params).rowcount == 1)
+            if TAKE_LEASE.run(conn, params).rowcount != 1:
+                return False
+            self._fence_proved(session_id, lease, 1)
+            return True
 
     def renew_lease(self, *, session_id: str, lease: str, ttl_s: float) -> bool:
         with self._write() as conn:

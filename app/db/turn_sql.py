@@ -50,7 +50,9 @@ INSERT_TURN = insert_sql("turn", [c.name for c in _TURN.columns])
 INSERT_API_CALL = insert_sql("api_call", [c.name for c in _API_CALL.columns if c.name != "id"])
 FENCE = Hot("UPDATE session SET updated_at = :now WHERE id = :sid AND lease = :lease")
 TAKE_LEASE = Hot(
-    "UPDATE session SET lease = :lease, lease_expires_at = :exp "
+    # `updated_at` as the fence would write it: taking the lease proves the fence for the
+    # rest of the unit, so a continued session's opening needs no fence statement.
+    "UPDATE session SET lease = :lease, lease_expires_at = :exp, updated_at = :now "
     "WHERE id = :sid AND (lease IS NULL OR lease_expires_at < :now)"
 )
 RENEW_LEASE = Hot("UPDATE session SET lease_expires_at = :exp WHERE id = :sid AND lease = :lease")
