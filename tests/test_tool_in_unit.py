@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from app.agent.tool_step import BatchRunner
-from app.db.store import LeaseLost, Store
+from app.db.store import LeaseLost, PersistenceError, Store
 from app.db.tool_store import todo_state
 from app.providers.base import ToolCall
-from app.tools.registry import Tool, ToolContext, ToolRegistry
+from app.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 from app.tools.todo import TODO
 
 LEASE = "lease-1"
@@ -93,3 +93,34 @@ def test_each_batch_of_a_turn_stores_its_own_results(store: Store, tmp_path: Pat
     asyncio.run(runner.run([ToolCall("c2", "echo", '{"text": "two"}')]))
     assert [i.text for i in todo_state(store, session_id="s1").items] == ["one"]
     assert len(_results(store)) == 2 and _results(store)[-1] == "two"
+
+
+def test_a_tool_s_failures_become_its_result_but_a_store_failure_does_not(
+    tmp_path: Path,
+) -> None:
+    def refuses(args: dict[str, Any], ctx: ToolContext) -> str:
+        raise ToolError("no such item")
+
+    def breaks(args: dict[str, Any], ctx: ToolContext) -> str:
+        raise KeyError("bug")
+
+    def store_fails(args: dict[str, Any], ctx: ToolContext) -> str:
+        raise PersistenceError("disk full")
+
+    registry, ctx = ToolRegistry(), ToolContext(session_id="s1", workspace=tmp_path)
+    for work in (refuses, breaks, store_fails):
+        registry.register(Tool(work.__name__, "t", {"type": "object"}, _echo, in_unit=work))
+    refused = registry.invoke_in_unit(registry.get("refuses"), {}, ctx)  # type: ignore[arg-type]
+    assert (refused.content, refused.is_error) == ("error: no such item", True)
+    broken = registry.invoke_in_unit(registry.get("breaks"), {}, ctx)  # type: ignore[arg-type]
+    assert broken.content == "error: breaks failed with an internal error" and broken.is_error
+    with pytest.raises(PersistenceError):  # the unit rolls back whole
+        registry.invoke_in_unit(registry.get("store_fails"), {}, ctx)  # type: ignore[arg-type]
+
+    # The async path maps the same way.
+    async def handler_breaks(args: dict[str, Any], ctx: ToolContext) -> str:
+        raise KeyError("bug")
+
+    tool = Tool("async_breaks", "t", {"type": "object"}, handler_breaks)
+    outcome = asyncio.run(registry.invoke(tool, {}, ctx))
+    assert outcome.content == "error: async_breaks failed with an internal error"

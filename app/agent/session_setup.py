@@ -54,12 +54,8 @@ class SessionSetup:
         # No context file can be in a directory made just now, or in a private one not made
         # yet: one stat, or none, instead of one per context file's name, each a release of
         # the interpreter lock the writer thread must win back from a busy event loop.
-        if profile.workspace is not None:
-            workspace = profile.workspace
-            look = not _ensure_dir(workspace)
-        else:
-            workspace = self.private_workspace(session_id)
-            look = workspace.is_dir()
+        workspace = self.workspace_path(profile, session_id)
+        look = not _ensure_dir(workspace) if profile.workspace is not None else workspace.is_dir()
         return build_prompt(
             profile=profile,
             client_instructions=list(instructions),

@@ -216,21 +216,24 @@ class ToolRegistry:
     async def invoke(self, tool: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         try:
             return ToolOutcome(await tool.handler(coerce_arguments(args, tool.parameters), ctx))
-        except ToolError as exc:
-            return ToolOutcome(f"error: {exc}", True)
-        except Exception:
-            log.exception("tool %s failed", tool.name)
-            return ToolOutcome(f"error: {tool.name} failed with an internal error", True)
+        except Exception as exc:
+            return _failed(tool, exc)
 
     def invoke_in_unit(self, tool: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         """`invoke` for a tool's `in_unit` work, inside the caller's store unit."""
         assert tool.in_unit is not None
         try:
             return ToolOutcome(tool.in_unit(coerce_arguments(args, tool.parameters), ctx))
-        except ToolError as exc:
-            return ToolOutcome(f"error: {exc}", True)
         except STORE_FAILURES:
             raise  # the unit itself failed: it rolls back whole, and the turn says so
-        except Exception:
-            log.exception("tool %s failed", tool.name)
-            return ToolOutcome(f"error: {tool.name} failed with an internal error", True)
+        except Exception as exc:
+            return _failed(tool, exc)
+
+
+def _failed(tool: Tool, exc: Exception) -> ToolOutcome:
+    """A tool's failure as its result: its own words for a ToolError, else (logged, with
+    the traceback being handled) a plain internal error."""
+    if isinstance(exc, ToolError):
+        return ToolOutcome(f"error: {exc}", True)
+    log.exception("tool %s failed", tool.name)
+    return ToolOutcome(f"error: {tool.name} failed with an internal error", True)
