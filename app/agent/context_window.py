@@ -57,15 +57,10 @@ async def preflight(
     *,
     turn_start: bool,
     force: bool = False,
-    opened: SessionRow | None = None,
 ) -> Preflight:
-    """Prune (only where it is free) and compact when the projection crosses the threshold.
-
-    `opened`: the session's row as the turn's opening left it, used instead of a read."""
+    """Prune (only where it is free) and compact when the projection crosses the threshold."""
     store, profile, comp = ctx.store, ctx.profile, ctx.compressor
-    session = (
-        store.get_session(session_id=ctx.session_id) if opened is None else store.current(opened)
-    )
+    session = store.leased_row(session_id=ctx.session_id)
     assert session is not None
     rows = await live_rows(ctx)
     if comp is None:
@@ -74,7 +69,7 @@ async def preflight(
     if (profile.prune_mid_burst or cold) and await comp.prune(
         store, session, profile, lease=ctx.lease, rows=rows
     ):
-        session = store.get_session(session_id=ctx.session_id)
+        session = store.leased_row(session_id=ctx.session_id)
         assert session is not None
         rows = await live_rows(ctx)
     rough = await sized(comp, session, rows)
@@ -89,7 +84,7 @@ async def preflight(
             rebuild_prompt=ctx.rebuild_prompt,
         )
         if prompt is not None:
-            session = store.get_session(session_id=ctx.session_id)
+            session = store.leased_row(session_id=ctx.session_id)
             assert session is not None
             rows = await live_rows(ctx)
             rough = await sized(comp, session, rows)

@@ -475,7 +475,6 @@ class SessionLifecycle:
             parallel_tool_calls=req.parallel_tool_calls,
             output_format=req.output_format,
             fallbacks=self.profiles.fallback_routes(profile),
-            opened=session if place.created else None,
         )
 
 

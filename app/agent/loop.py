@@ -54,7 +54,7 @@ FINAL_ANSWER_NOTE = (
 
 async def run_turn(ctx: TurnContext) -> TurnFinished:
     """Run one turn to its end and return how it ended; never raises for expected failures."""
-    state = TurnState(opened=ctx.opened)
+    state = TurnState()
     try:
         while True:
             final = state.iterations >= ctx.profile.max_iterations
@@ -147,7 +147,7 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
 async def compacted(ctx: TurnContext, state: TurnState) -> bool:
     """Force a compaction before an overflow's retry; False when there was nothing to
     compact (one message too long on its own), so the turn stops instead of resending."""
-    before = ctx.store.get_session(session_id=ctx.session_id)
+    before = ctx.store.leased_row(session_id=ctx.session_id)
     checked = await preflight(ctx, summariser(ctx, state), turn_start=False, force=True)
     return before is None or checked.session.compactions > before.compactions
 
@@ -183,9 +183,7 @@ async def call_model(
     joined: bool = False,
 ) -> Reply:
     """One upstream call: build the request, stream it, record usage and cost."""
-    checked = await preflight(
-        ctx, summariser(ctx, state), turn_start=state.calls == 0, opened=state.take_opened()
-    )
+    checked = await preflight(ctx, summariser(ctx, state), turn_start=state.calls == 0)
     await project_ahead(ctx, checked.rows)  # a long log's first fold, off the loop
     request = build_request(
         ctx, checked, final=final, tail=tail, tool_choice=tool_choice_for(ctx, state, final)

@@ -19,7 +19,6 @@ from app.agent.compressor import Compressor
 from app.agent.events import ExitReason, TurnError, TurnEvent, TurnFinished
 from app.agent.tool_step import BatchRunner
 from app.config import Profile
-from app.db.models import SessionRow
 from app.db.store import Store
 from app.metrics import Metrics
 from app.providers.base import OutputFormat, Provider, SamplingParams, ToolChoice, ToolSpec
@@ -86,10 +85,6 @@ class TurnContext:
     """The client's `response_format`: the final answer is checked against it."""
     fallbacks: tuple[Route, ...] = ()
     """The profile's fallback chain still unused this turn, next first."""
-    opened: SessionRow | None = None
-    """A new session's row as its opening unit committed it, which nothing in that unit
-    changes after the insert: the turn's first preflight starts from it instead of reading
-    the row back (a pool checkout and a SELECT on the event loop, ~0.3 ms of its CPU)."""
     mailbox: Mailbox = field(default_factory=Mailbox)
     """Steering messages sent while the turn runs (see app/agent/steer.py)."""
     gate: ApprovalGate | None = None
@@ -124,13 +119,6 @@ class TurnState:
     tools_ran: int = 0
     routes: tuple[str, ...] = ()
     """Profiles this turn went through, in order, once it fell back; else empty."""
-    opened: SessionRow | None = None
-    """`TurnContext.opened`, until the first preflight takes it: any later one reads the
-    row, which the calls since have changed."""
-
-    def take_opened(self) -> SessionRow | None:
-        opened, self.opened = self.opened, None
-        return opened
 
     def tools(self, ctx: TurnContext) -> BatchRunner:
         """The turn's tool runner; one per turn so the spill budget spans its batches."""

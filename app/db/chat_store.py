@@ -109,6 +109,8 @@ def index_transcript(
         )
         if move_head:
             _MOVE_HEAD.run(conn, {"h": head, "n": length, "sid": session_id})
+    if move_head:
+        store.session_written(session_id, transcript_head=head, transcript_len=length)
 
 
 def last_row_id(store: Store, *, session_id: str) -> int:

@@ -40,6 +40,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, func, select
 
 from app.db.engine import make_engine
+from app.db.leased_rows import LeasedRows
 from app.db.models import ApiCallRow, MessageRow, SessionRow, TurnRow
 from app.db.turn_sql import (
     ACTIVE_ROWS,
@@ -234,6 +235,14 @@ def _stored(row: MessageRow) -> StoredMessage:
     )
 
 
+def _session_from(found: Sequence[Any]) -> SessionRow:
+    """A session row from a statement that selected (or returned) every column in order."""
+    values = dict(zip(SESSION_COLUMNS, found, strict=True))
+    for flag in SESSION_FLAGS:
+        values[flag] = bool(values[flag])
+    return session_row(values)
+
+
 Deferred = Callable[[Connection], None]
 """A write that waits for the next transaction; it runs inside it, in order."""
 Carried = list[tuple[str, Deferred]]
@@ -273,6 +282,8 @@ class Store:
         every committed append and dropped on anything that rewrites rows, so a turn does
         not reload (and re-decode) its whole history before every upstream call."""
         self._live_lock = threading.Lock()
+        self._rows = LeasedRows(limit=LIVE_LOGS_KEPT)
+        """The row of each session a turn of this process holds the lease of."""
         self._verify_live = os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1"
         """Tests: compare the kept log with a fresh read on every call."""
         self._lost: set[tuple[str, str]] = set()
@@ -465,6 +476,7 @@ class Store:
         self._unit.after = []
         with self._live_lock:
             self._live.clear()
+        self._rows.clear()
 
     def _keep_live(self, session_id: str, added: list[StoredMessage]) -> None:
         with self._live_lock:
@@ -479,8 +491,21 @@ class Store:
                 self._live.popitem(last=False)
 
     def forget_live(self, session_id: str) -> None:
-        """Drop the kept live log: for other `app/db/` modules that change live rows."""
+        """Drop the kept live log and row: for other `app/db/` modules that change the
+        session's rows."""
         self._forget_live(session_id)
+        self._forget_row(session_id)
+
+    def _forget_row(self, session_id: str) -> None:
+        self._rows.forget(session_id)
+        if getattr(self._unit, "conn", None) is not None:
+            # Again at commit, as for the live log: a row read meanwhile would outlive it.
+            self._after_commit(lambda: self._rows.forget(session_id))
+
+    def session_written(self, session_id: str, **values: Any) -> None:
+        """Another `app/db/` module set these columns of the session row: the lease
+        holder's kept row follows."""
+        self._rows.set(session_id, **values)
 
     def _forget_live(self, session_id: str) -> None:
         with self._live_lock:
@@ -504,6 +529,17 @@ class Store:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_soon)
         return True
+
+    def _issue(self, session_id: str, write: Deferred, apply: Callable[[SessionRow], None]) -> None:
+        """Run or defer a write to the session row whose effect on the row `apply` makes:
+        the lease holder's kept row takes it now, and reads before a deferred write commits
+        see it too."""
+        if self._defer(session_id, write):
+            self._pending_rollups.setdefault(session_id, []).append(apply)
+        else:
+            with self._write() as conn:
+                write(conn)
+        self._rows.apply(session_id, apply)
 
     def _flush_soon(self) -> None:
         self._flush_scheduled = False
@@ -558,17 +594,24 @@ class Store:
         if self._holds_fence(session_id, lease):
             return
         conn = db if isinstance(db, Connection) else db.connection()
-        result = FENCE.run(conn, {"now": time.time(), "sid": session_id, "lease": lease})
-        self._fence_proved(session_id, lease, result.rowcount)
+        now = time.time()
+        result = FENCE.run(conn, {"now": now, "sid": session_id, "lease": lease})
+        self._fence_proved(session_id, lease, result.rowcount, now=now)
 
     def _holds_fence(self, session_id: str, lease: str) -> bool:
         fenced: set[tuple[str, str]] | None = getattr(self._unit, "fenced", None)
         return fenced is not None and (session_id, lease) in fenced
 
-    def _fence_proved(self, session_id: str, lease: str, rowcount: int) -> None:
-        """A statement conditioned on the lease touched `rowcount` session rows."""
+    def _fence_proved(
+        self, session_id: str, lease: str, rowcount: int, *, now: float | None = None
+    ) -> None:
+        """A statement conditioned on the lease touched `rowcount` session rows; `now`: the
+        `updated_at` it wrote."""
         if rowcount != 1:
+            self._rows.forget(session_id)
             raise LeaseLost(f"turn lease for session {session_id} is not held")
+        if now is not None:
+            self._rows.set(session_id, updated_at=now)
         fenced: set[tuple[str, str]] | None = getattr(self._unit, "fenced", None)
         if fenced is not None:
             fenced.add((session_id, lease))
@@ -617,12 +660,14 @@ class Store:
         if transcript is not None:
             values["transcript_head"], values["transcript_len"] = transcript
         self._forget_live(session_id)
+        row = session_row(values)
         with self._write() as conn:
             INSERT_SESSION.run(conn, values)
             if lease:
                 # Created leased in this unit: the unit's later writes need no fence, which
                 # would only rewrite the `updated_at` just inserted (a statement per turn).
                 self._fence_proved(session_id, lease, 1)
+                self._rows.keep(row)
             if messages:
                 rows = [_message_values(m, session_id=session_id, turn_id=None) for m in messages]
                 INSERT_MESSAGE.run_many(conn, rows)
@@ -630,7 +675,7 @@ class Store:
                 # Known to be empty: the appends that follow extend it as they commit, so
                 # the session's first upstream call does not read back what it just wrote.
                 self._after_commit(lambda: self._start_live(session_id))
-        return session_row(values)
+        return row
 
     def set_tool_snapshot(self, *, session_id: str, lease: str, snapshot: str, reason: str) -> None:
         """Replace the tool snapshot and mark the next request as a deliberate cache break."""
@@ -643,30 +688,35 @@ class Store:
                 ),
                 {"snap": snapshot, "reason": reason, "sid": session_id},
             )
+        self._rows.set(session_id, tool_snapshot=snapshot, pending_cache_break=reason)
 
     def get_session(self, *, session_id: str) -> SessionRow | None:
         with self._reader() as conn:
             found = GET_SESSION.run(conn, {"sid": session_id}).fetchone()
         if found is None:
             return None
-        values = dict(zip(SESSION_COLUMNS, found, strict=True))
-        for flag in SESSION_FLAGS:
-            values[flag] = bool(values[flag])
-        return self._with_deferred(session_row(values))
+        return self._with_deferred(_session_from(found))
 
-    def current(self, row: SessionRow) -> SessionRow:
-        """`row`, read or written earlier by the caller, as `get_session` would read it now:
-        with the deferred writes not yet committed applied (in place). Only for a row the
-        caller knows nothing else has written since; the test suite checks it on every
-        call against a fresh read (COURIER_VERIFY_LIVE_LOG)."""
-        current = self._with_deferred(row)
+    def leased_row(self, *, session_id: str) -> SessionRow | None:
+        """The session's row as `get_session` would read it now, for the turn holding its
+        lease: from memory while the store keeps it (app/db/leased_rows.py), else read.
+        The test suite compares a kept row with a fresh read on every call."""
+        kept = self._rows.get(session_id)
+        if kept is None:
+            return self.get_session(session_id=session_id)
         if self._verify_live:
-            fresh = self.get_session(session_id=row.id)
-            stored = fresh.model_dump() if fresh is not None else {}
-            kept = current.model_dump()
-            if differ := sorted(k for k in kept if stored.get(k) != kept[k]):
-                raise AssertionError(f"session {row.id}: the kept row differs in {differ}")
-        return current
+            self._verify_row(kept)
+        return kept
+
+    def _verify_row(self, kept: SessionRow) -> None:
+        fresh = self.get_session(session_id=kept.id)
+        stored = fresh.model_dump() if fresh is not None else {}
+        if fresh is not None and fresh.lease != kept.lease:
+            return  # the lease was taken away: the turn's next fenced write finds out
+        mine = kept.model_dump()
+        if differ := sorted(k for k in mine if stored.get(k) != mine[k]):
+            detail = {k: (mine[k], stored.get(k)) for k in differ}
+            raise AssertionError(f"session {kept.id}: the kept row differs: {detail}")
 
     def _with_deferred(self, row: SessionRow) -> SessionRow:
         # Deferred writes not yet committed: the caller sees the row they will make.
@@ -681,18 +731,25 @@ class Store:
         now = time.time()
         with self._write() as conn:
             params = {"lease": lease, "exp": now + ttl_s, "sid": session_id, "now": now}
-            if TAKE_LEASE.run(conn, params).rowcount != 1:
+            found = TAKE_LEASE.run(conn, params).fetchone()
+            if found is None:
                 return False
             self._fence_proved(session_id, lease, 1)
+            self._rows.keep(_session_from(found))
             return True
 
     def renew_lease(self, *, session_id: str, lease: str, ttl_s: float) -> bool:
+        exp = time.time() + ttl_s
         with self._write() as conn:
-            params = {"exp": time.time() + ttl_s, "sid": session_id, "lease": lease}
-            return bool(RENEW_LEASE.run(conn, params).rowcount == 1)
+            params = {"exp": exp, "sid": session_id, "lease": lease}
+            if RENEW_LEASE.run(conn, params).rowcount != 1:
+                return False
+        self._rows.set(session_id, lease_expires_at=exp)
+        return True
 
     def release_lease(self, *, session_id: str, lease: str) -> None:
         self._unfence(session_id, lease)
+        self._rows.forget(session_id)
         with self._write() as conn:
             RELEASE_LEASE.run(conn, {"sid": session_id, "lease": lease})
 
@@ -709,6 +766,7 @@ class Store:
                     ),
                     {"sid": sid, "lease": lease},
                 )
+        self._rows.clear()
         return len(dead)
 
     def clear_all_leases(self) -> int:
@@ -720,7 +778,8 @@ class Store:
                     "WHERE lease IS NOT NULL"
                 )
             )
-            return int(getattr(result, "rowcount", 0))
+        self._rows.clear()
+        return int(getattr(result, "rowcount", 0))
 
     # ------------------------------------------------------------------ messages
 
@@ -798,6 +857,7 @@ class Store:
         searchable. The flags are not text columns, so the FTS triggers do no work.
         """
         self._forget_live(session_id)
+        self._forget_row(session_id)
         with self._tx() as db:
             self._fenced(db, session_id=session_id, lease=lease)
             if archive_ids:
@@ -836,6 +896,8 @@ class Store:
             if cache_break is not None:
                 session.pending_cache_break = cache_break
             db.add(session)
+        changed = values if cache_break is None else values | {"pending_cache_break": cache_break}
+        self._rows.set(session_id, **changed)
 
     def update_session(self, *, session_id: str, lease: str, **values: Any) -> None:
         """Persist compressor counters, fenced like every other write: a turn that lost
@@ -856,14 +918,11 @@ class Store:
                 return
             # The update is the fence too: one statement where a fence and a write were two.
             fencing = session_update(columns, fenced=True)
-            result = fencing.run(conn, params | {"now": time.time(), "lease": lease})
-            self._fence_proved(session_id, lease, result.rowcount)
+            now = time.time()
+            result = fencing.run(conn, params | {"now": now, "lease": lease})
+            self._fence_proved(session_id, lease, result.rowcount, now=now)
 
-        if self._defer(session_id, write):
-            self._pending_rollups.setdefault(session_id, []).append(apply)
-            return
-        with self._write() as conn:
-            write(conn)
+        self._issue(session_id, write, apply)
 
     def get_message(self, *, session_id: str, message_id: int) -> StoredMessage | None:
         """One row of a session, live or archived (not retracted)."""
@@ -1019,6 +1078,7 @@ class Store:
         because the lease had gone, so the turn reports that instead of success.
         """
         self._unfence(session_id, lease)
+        self._rows.forget(session_id)
         with self._write() as conn:
             self._finish(conn, turn_id, exit_reason, iterations, error)
             params = {"sid": session_id, "lease": lease}
@@ -1084,38 +1144,38 @@ class Store:
             else:
                 session.cost_usd = str(Decimal(session.cost_usd) + call.cost_usd)
 
+        unknown = call.cost_usd is None and call.cost_status == "unknown"
+        rolled = {
+            "input": call.input_tokens,
+            "output": call.output_tokens,
+            "cache_read": call.cache_read_tokens,
+            "cache_write": call.cache_write_tokens,
+            "reasoning": call.reasoning_tokens,
+            "unknown": int(unknown),
+            "brk": call.cache_break,
+            "sid": session_id,
+        }
+
+        def rolled_up(conn: Connection, old: str) -> bool:
+            # Decimal in Python: SQLite would add the stored text as a lossy float.
+            cost = old if call.cost_usd is None else str(Decimal(old) + call.cost_usd)
+            return bool(ROLLUP.run(conn, rolled | {"cost": cost, "old": old}).rowcount == 1)
+
+        # The cost the session will hold when this write runs: the lease holder's kept row
+        # has every earlier write of the turn applied, so no read is needed.
+        expected = self._rows.cost(session_id)
+
         def write(conn: Connection) -> None:
             INSERT_API_CALL.run(conn, row)
-            found = ROLLUP_READ.run(conn, {"sid": session_id}).fetchone()
-            if found is None:
+            if expected is not None and rolled_up(conn, expected):
                 return
-            cost, pending = found
-            # Decimal in Python: SQLite would add the stored text as a lossy float.
-            if call.cost_usd is not None:
-                cost = str(Decimal(cost) + call.cost_usd)
-            unknown = call.cost_usd is None and call.cost_status == "unknown"
-            ROLLUP.run(
-                conn,
-                {
-                    "input": call.input_tokens,
-                    "output": call.output_tokens,
-                    "cache_read": call.cache_read_tokens,
-                    "cache_write": call.cache_write_tokens,
-                    "reasoning": call.reasoning_tokens,
-                    "unknown": int(unknown),
-                    "cost": cost,
-                    "clear_break": call.cache_break is not None and pending == call.cache_break,
-                    "sid": session_id,
-                },
-            )
+            found = ROLLUP_READ.run(conn, {"sid": session_id}).fetchone()
+            if found is not None:
+                rolled_up(conn, found[0])
 
         # Deferred on the event loop: the call's record rides in the turn's next commit
         # (the reply's, or the closing one), and reads of the session see it meanwhile.
-        if self._defer(session_id, write):
-            self._pending_rollups.setdefault(session_id, []).append(roll_up)
-            return
-        with self._write() as conn:
-            write(conn)
+        self._issue(session_id, write, roll_up)
 
     def api_calls(
         self, *, session_id: str, limit: int = 100, offset: int = 0

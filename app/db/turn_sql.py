@@ -49,11 +49,14 @@ INSERT_SESSION = insert_sql("session", SESSION_COLUMNS)
 INSERT_TURN = insert_sql("turn", [c.name for c in _TURN.columns])
 INSERT_API_CALL = insert_sql("api_call", [c.name for c in _API_CALL.columns if c.name != "id"])
 FENCE = Hot("UPDATE session SET updated_at = :now WHERE id = :sid AND lease = :lease")
+_ALL_SESSION_COLUMNS = ", ".join(f'"{c}"' for c in SESSION_COLUMNS)
 TAKE_LEASE = Hot(
     # `updated_at` as the fence would write it: taking the lease proves the fence for the
-    # rest of the unit, so a continued session's opening needs no fence statement.
+    # rest of the unit, so a continued session's opening needs no fence statement. The row
+    # comes back with it: the store keeps it for the lease holder (app/db/leased_rows.py).
     "UPDATE session SET lease = :lease, lease_expires_at = :exp, updated_at = :now "
-    "WHERE id = :sid AND (lease IS NULL OR lease_expires_at < :now)"
+    "WHERE id = :sid AND (lease IS NULL OR lease_expires_at < :now) "
+    f"RETURNING {_ALL_SESSION_COLUMNS}"
 )
 RENEW_LEASE = Hot("UPDATE session SET lease_expires_at = :exp WHERE id = :sid AND lease = :lease")
 RELEASE_LEASE = Hot(
@@ -70,11 +73,12 @@ FINISH_TURN = Hot(
     "UPDATE turn SET finished_at = :now, exit_reason = :reason, iterations = :iterations, "
     "error = :error WHERE id = :tid"
 )
-GET_SESSION = Hot(
-    "SELECT " + ", ".join(f'"{c}"' for c in SESSION_COLUMNS) + " FROM session WHERE id = :sid"
-)
-ROLLUP_READ = Hot("SELECT cost_usd, pending_cache_break FROM session WHERE id = :sid")
+GET_SESSION = Hot(f"SELECT {_ALL_SESSION_COLUMNS} FROM session WHERE id = :sid")
+ROLLUP_READ = Hot("SELECT cost_usd FROM session WHERE id = :sid")
 ROLLUP = Hot(
+    # Compare-and-set on the cost the caller expects (the lease holder's kept row, else
+    # the unit's own read): the stored text is a Decimal, which SQLite would add as a
+    # lossy float, and a wrong expectation then changes nothing instead of losing money.
     "UPDATE session SET input_tokens = input_tokens + :input, "
     "output_tokens = output_tokens + :output, "
     "cache_read_tokens = cache_read_tokens + :cache_read, "
@@ -83,8 +87,9 @@ ROLLUP = Hot(
     "upstream_calls = upstream_calls + 1, "
     "cost_unknown_calls = cost_unknown_calls + :unknown, "
     "cost_usd = :cost, "
-    "pending_cache_break = CASE WHEN :clear_break THEN NULL ELSE pending_cache_break END "
-    "WHERE id = :sid"
+    "pending_cache_break = CASE WHEN pending_cache_break = :brk THEN NULL "
+    "ELSE pending_cache_break END "
+    "WHERE id = :sid AND cost_usd = :old"
 )
 _updates: dict[tuple[tuple[str, ...], bool], Hot] = {}
 
