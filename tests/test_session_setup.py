@@ -49,6 +49,34 @@ def test_a_private_workspace_is_left_to_the_first_tool_batch(setup: SessionSetup
     assert "Project context from AGENTS.md:\nUse tabs." in _prompt(setup, profile)
 
 
+def test_a_new_session_id_s_prompt_looks_for_no_workspace(
+    setup: SessionSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session id made just now has no private workspace: its prompt asks the file system
+    nothing (a stat, and the interpreter lock the writer thread then waits to win back)."""
+    looked: list[Path] = []
+    is_dir = Path.is_dir
+
+    def counted(path: Path) -> bool:
+        looked.append(path)
+        return is_dir(path)
+
+    monkeypatch.setattr(Path, "is_dir", counted)
+    profile = Profile(toolsets=NO_MEMORY)
+    setup.prompt(
+        profile,
+        session_id="sess_new",
+        owner="key_1",
+        started_at=0.0,
+        instructions=(),
+        snapshot="[]",
+        new_id=True,
+    )
+    assert looked == []
+    _prompt(setup, profile)  # an existing session's rebuild looks once
+    assert looked == [setup.private_workspace("sess_1")]
+
+
 def test_a_workspace_that_already_exists_gives_its_context_file(
     setup: SessionSetup, tmp_path: Path
 ) -> None:

@@ -254,6 +254,7 @@ class SessionLifecycle:
             started_at=time.time(),
             instructions=req.instructions,
             snapshot=snapshot,
+            new_id=True,
         )
         lease = new_lease_token()
         # The head goes into the session's own insert: moving it after the messages was

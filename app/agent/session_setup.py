@@ -50,12 +50,17 @@ class SessionSetup:
         started_at: float,
         instructions: Sequence[str],
         snapshot: str,
+        new_id: bool = False,
     ) -> str:
+        """`new_id`: the session id was made just now, so no private workspace has it yet."""
         # No context file can be in a directory made just now, or in a private one not made
         # yet: one stat, or none, instead of one per context file's name, each a release of
         # the interpreter lock the writer thread must win back from a busy event loop.
         workspace = self.workspace_path(profile, session_id)
-        look = not _ensure_dir(workspace) if profile.workspace is not None else workspace.is_dir()
+        if profile.workspace is not None:
+            look = not _ensure_dir(workspace)
+        else:
+            look = not new_id and workspace.is_dir()
         return build_prompt(
             profile=profile,
             client_instructions=list(instructions),
