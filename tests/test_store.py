@@ -147,6 +147,22 @@ def test_an_older_database_gains_new_columns(tmp_path: Path) -> None:
     assert session.verdict_pending is False and session.anchor_rough is None
 
 
+def test_an_index_no_query_reads_is_dropped_from_an_older_database(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    Store.open(db).close()
+    con = sqlite3.connect(db)
+    con.execute('CREATE INDEX "ix_api_call_turn_id" ON api_call (turn_id)')  # as releases made it
+    con.commit()
+    con.close()
+    store = Store.open(db)
+    store.close()
+    con = sqlite3.connect(db)
+    indexes = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    con.close()
+    assert "ix_api_call_turn_id" not in indexes
+    assert {"ix_api_call_session_id", "ix_api_call_owner", "ix_api_call_created_at"} <= indexes
+
+
 def test_bulk_paths_round_trip_every_field(tmp_path: Path) -> None:
     # create_session inserts and active_messages reads with Core statements (for speed);
     # they must agree with the ORM paths on every column, including ones added later.

@@ -90,10 +90,16 @@ def make_engine(db_path: Path) -> Engine:
     SQLModel.metadata.create_all(engine)
     with engine.begin() as conn:
         _add_missing_columns(conn)
+        for index in RETIRED_INDEXES:
+            conn.execute(text(f'DROP INDEX IF EXISTS "{index}"'))
         _migrate_fts(conn)
         for ddl in _FTS_DDL:
             conn.execute(text(ddl))
     return engine
+
+
+RETIRED_INDEXES = ("ix_api_call_turn_id",)
+"""Indexes an earlier release made that no query reads: each still cost every insert."""
 
 
 def _add_missing_columns(conn: Connection) -> None:
