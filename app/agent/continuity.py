@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import orjson
+
 
 @dataclass(frozen=True, slots=True)
 class VisibleMessage:
@@ -43,6 +45,10 @@ def _arguments(raw: str) -> str:
 
 
 def _canonical(message: VisibleMessage) -> bytes:
+    """The message's bytes in the chain: compact JSON, UTF-8, as `json.dumps(body,
+    ensure_ascii=False, separators=(",", ":"))` writes it, byte for byte (the suite checks
+    it), so the keys stored before orjson wrote it still match. A client resends its whole
+    history, so every request hashes every message: json took 3.5 µs a message, orjson 0.2."""
     body = [
         message.role,
         message.text,
@@ -50,7 +56,7 @@ def _canonical(message: VisibleMessage) -> bytes:
         message.call_id,
         list(message.images),
     ]
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return orjson.dumps(body)
 
 
 def scope_seed(*, owner: str, profile: str, end_user: str | None) -> str:

@@ -236,7 +236,8 @@ class SessionLifecycle:
                     retracted,
                 )
             start = seen[match.position - 1][0] + 1
-            refreshed = self.store.get_session(session_id=session.id)
+            # The row the lease's taking returned, unless a retraction rewrote it since.
+            refreshed = self.store.leased_row(session_id=session.id)
             assert refreshed is not None
         except BaseException:
             self.store.release_lease(session_id=session.id, lease=lease)
