@@ -262,6 +262,12 @@ def test_bad_decisions_are_refused_clearly(server: Server) -> None:
         headers=server.headers(),
     )
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "decision"
+    for body in (b"[" * 8000 + b"]" * 8000, b'{"decision": ' + b"9" * 5000 + b"}", b"[1]"):
+        hostile = httpx.post(
+            f"{server.base_url}/v1/approvals/appr_nope", content=body, headers=server.headers()
+        )
+        assert hostile.status_code == 400, hostile.text
+        assert hostile.json()["error"]["code"] == "invalid_json"
 
 
 # ---------------------------------------------------------------- approvals off

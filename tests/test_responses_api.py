@@ -273,6 +273,28 @@ def test_bad_requests_name_the_param(claude: Server, body: dict[str, Any], param
     assert resp.json()["error"]["param"] == param
 
 
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b'{"model": "courier", "input": "hi", "seed": ' + b"9" * 5000 + b"}", "invalid_json"),
+        (
+            b'{"model": "courier", "input": "hi", "metadata": ' + b"[" * 80 + b"]" * 80 + b"}",
+            "nested_too_deeply",
+        ),
+    ],
+    ids=["5000-digit-integer", "nested-80-deep"],
+)
+def test_a_body_past_the_parse_bounds_is_a_400(claude: Server, body: bytes, code: str) -> None:
+    """The chat route's bounds hold here too: Python's integer-string limit was an uncaught
+    ValueError (a 500), and nesting was unbounded."""
+    resp = httpx.post(
+        f"{claude.base_url}/v1/responses", content=body, headers=claude.headers(), timeout=10
+    )
+    assert resp.status_code == 400, resp.text
+    validate("ErrorResponse", resp.json())
+    assert resp.json()["error"]["code"] == code
+
+
 def test_bad_json_and_other_principals(claude: Server, sim: Simulator) -> None:
     bad = httpx.post(
         f"{claude.base_url}/v1/responses", content=b"{", headers=claude.headers(), timeout=10

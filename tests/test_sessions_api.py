@@ -229,6 +229,9 @@ def test_fork_refuses_a_foreign_or_missing_message(srv: Server, sim: Simulator) 
         assert resp.status_code == 400
     resp = httpx.post(url, content=b"{nope", headers=srv.headers())
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_json"
+    # Nested past the stdlib's recursion limit: a RecursionError, a 500, before the bounds.
+    resp = httpx.post(url, content=b"[" * 8000 + b"]" * 8000, headers=srv.headers())
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_json"
     # No body forks the whole live session.
     whole = _ok(httpx.post(url, headers=srv.headers()))
     assert whole["messages"] == 2

@@ -80,3 +80,16 @@ def test_reading_and_writing_need_their_scopes(srv: Server, sim: Simulator) -> N
     assert httpx.delete(f"{base}/v1/sessions/{sid}", headers=_h(reader)).status_code == 403
     chatter = _mint(srv, scopes=["chat"], session_id=sid)
     assert httpx.get(f"{base}/v1/sessions/{sid}", headers=_h(chatter)).status_code == 403
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[" * 8000 + b"]" * 8000, b'{"ttl_s": ' + b"9" * 5000 + b"}", b"{nope", b'"scopes"'],
+    ids=["nested-8000-deep", "5000-digit-integer", "broken", "not-an-object"],
+)
+def test_a_mint_request_that_is_not_a_bounded_json_object_is_a_400(
+    srv: Server, body: bytes
+) -> None:
+    resp = httpx.post(f"{srv.base_url}/v1/tokens", content=body, headers=srv.headers())
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["code"] == "invalid_json"

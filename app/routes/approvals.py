@@ -7,12 +7,12 @@ pending approval (an approver who could only see their own would make
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 
 from app.protocol.errors import ApiError
+from app.protocol.limits import load_json_object
 from app.routes.deps import ApproverDep, StateDep, read_limited_body
 from app.security.approvals import (
     DECISIONS,
@@ -71,11 +71,8 @@ async def decide(
     approval_id: str, request: Request, state: StateDep, principal: ApproverDep
 ) -> dict[str, Any]:
     body = await read_limited_body(request, 16 * 1024)
-    try:
-        data = json.loads(body or b"{}")
-    except ValueError:
-        raise ApiError(400, "request body is not valid JSON", code="invalid_json") from None
-    decision = data.get("decision") if isinstance(data, dict) else None
+    data = load_json_object(body or b"{}")  # every failure a 400, deep nesting too
+    decision = data.get("decision")
     if decision not in DECISIONS:
         raise ApiError(
             400,

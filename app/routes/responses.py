@@ -16,6 +16,7 @@ from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
 from app.agent.turns import SessionBusy
 from app.db.session_models import ResponseRow
 from app.protocol.errors import ApiError, validation_error
+from app.protocol.limits import load_json_object
 from app.protocol.refusals import turn_error_status
 from app.protocol.render import error_payload, retry_headers, tool_event_payload
 from app.protocol.responses import EventRenderer, ResponseCreateRequest
@@ -25,7 +26,6 @@ from app.responses_serving import (
     ResponsesServing,
     TokenSessionMismatch,
 )
-from app.routes.body import parse_json_object
 from app.routes.chat import retry_of
 from app.routes.completion_output import client_gone
 from app.routes.deps import (
@@ -64,7 +64,7 @@ def owned(state: AppState, principal: Principal, response_id: str) -> ResponseRo
 
 
 def parse_request(body: bytes) -> ResponseCreateRequest:
-    data = parse_json_object(body)
+    data = load_json_object(body)  # bounded as the chat route: every failure a 400
     try:
         return ResponseCreateRequest.model_validate(data)
     except ValidationError as exc:

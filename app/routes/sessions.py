@@ -7,7 +7,6 @@ ids cannot be probed. A retracted session is gone for its owner and visible to t
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -16,6 +15,7 @@ from app.db import session_query as q
 from app.db.models import SessionRow
 from app.db.tool_store import fts_terms, search_sessions
 from app.protocol.errors import ApiError
+from app.protocol.limits import load_json_object
 from app.routes.deps import PrincipalDep, ReaderDep, StateDep
 from app.security.auth import Principal
 from app.session_cost import cost_report, profile_pricer
@@ -230,12 +230,7 @@ async def _fork_point(request: Request) -> int | None:
     raw = await request.body()
     if not raw.strip():
         return None
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise ApiError(400, "request body is not valid JSON", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+    body = load_json_object(raw)  # every failure a 400, deep nesting too
     value = body.get("message_id")
     if value is None:
         return None

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request
 
 from app.protocol.errors import ApiError
+from app.protocol.limits import load_json_object
 from app.routes.deps import MinterDep, StateDep, read_limited_body
 from app.security.tokens import DEFAULT_TTL_S, TokenRefused
 
@@ -20,12 +20,7 @@ async def mint_token(request: Request, state: StateDep, principal: MinterDep) ->
     if issuer is None:
         raise ApiError(404, "tokens are not enabled on this server", code="tokens_disabled")
     body = await read_limited_body(request, 16 * 1024)
-    try:
-        data = json.loads(body or b"{}")
-    except ValueError:
-        raise ApiError(400, "request body is not valid JSON", code="invalid_json") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+    data = load_json_object(body or b"{}")  # every failure a 400, deep nesting too
     scopes = data.get("scopes")
     ttl = data.get("ttl_s", DEFAULT_TTL_S)
     session_id = data.get("session_id")
