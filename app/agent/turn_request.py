@@ -8,6 +8,7 @@ cannot disagree about what a message means.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
@@ -27,13 +28,19 @@ class IncomingMessage:
     """One client message after the leading instructions, translated once."""
 
     role: Role
-    row: NewMessage | None
-    """The log row it becomes (None: an assistant message with neither text nor calls)."""
+    make_row: Callable[[], NewMessage | None]
     visible: VisibleMessage | None
     """What the continuity chain matches on (None for an instruction)."""
     images: tuple[StoredImage, ...]
     param: str
     """Where it sits in the client's request (`messages[3]`), for errors that name it."""
+
+    @property
+    def row(self) -> NewMessage | None:
+        """The log row it becomes (None: an assistant message with neither text nor calls),
+        made when asked: a client resends its whole history, and only the messages past
+        the stored conversation become rows (building them all cost 2 µs a message)."""
+        return self.make_row()
 
     @property
     def has_calls(self) -> bool:

@@ -15,6 +15,7 @@ import binascii
 import hashlib
 import re
 from decimal import Decimal
+from functools import partial
 
 from app.agent.continuity import VisibleMessage
 from app.agent.structured import schema_problem
@@ -99,32 +100,45 @@ def incoming(m: ChatMessageIn, param: str) -> IncomingMessage:
     if m.role == "user":
         images = tuple(image_of(url, param=f"{param}.content") for url in m.images())
         keys = tuple(s.sha256 for s in images)
-        row = NewMessage(role="user", content=m.text(), images=keys)
-        return IncomingMessage(
-            "user", row, VisibleMessage("user", m.text(), images=keys), images, param
-        )
-    if m.role == "assistant":
-        calls = [
-            {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
-            for c in m.tool_calls or []
-        ]
         text = m.text()
-        seen = VisibleMessage(
-            "assistant", text, calls=tuple((c["id"], c["name"], c["arguments"]) for c in calls)
-        )
-        said = NewMessage(role="assistant", content=text or None, tool_calls=calls)
-        return IncomingMessage("assistant", said if text or calls else None, seen, (), param)
+        seen = VisibleMessage("user", text, images=keys)
+        return IncomingMessage("user", partial(_user_row, text, keys), seen, images, param)
+    if m.role == "assistant":
+        calls = tuple((c.id, c.function.name, c.function.arguments) for c in m.tool_calls or ())
+        text = m.text()
+        seen = VisibleMessage("assistant", text, calls=calls)
+        return IncomingMessage("assistant", partial(_assistant_row, text, calls), seen, (), param)
     if m.role == "tool":
-        row = NewMessage(
-            role="tool", content=m.text(), tool_call_id=m.tool_call_id, tool_name=m.name
-        )
-        seen = VisibleMessage("tool", m.text(), call_id=m.tool_call_id or "")
-        return IncomingMessage("tool", row, seen, (), param)
+        text, call_id = m.text(), m.tool_call_id
+        seen = VisibleMessage("tool", text, call_id=call_id or "")
+        return IncomingMessage("tool", partial(_tool_row, text, call_id, m.name), seen, (), param)
     if m.role in _INSTRUCTION_ROLES:
         # A later system/developer message: an instruction kept in the log at its place.
-        row = NewMessage(role="system", content=m.text())
-        return IncomingMessage(m.role, row, None, (), param)
-    return IncomingMessage(m.role, None, None, (), param)  # legacy `function`: not kept
+        return IncomingMessage(m.role, partial(_system_row, m.text()), None, (), param)
+    return IncomingMessage(m.role, _no_row, None, (), param)  # legacy `function`: not kept
+
+
+def _user_row(text: str, images: tuple[str, ...]) -> NewMessage:
+    return NewMessage(role="user", content=text, images=images)
+
+
+def _assistant_row(text: str, calls: tuple[tuple[str, str, str], ...]) -> NewMessage | None:
+    if not text and not calls:
+        return None
+    said = [{"id": i, "name": n, "arguments": a} for i, n, a in calls]
+    return NewMessage(role="assistant", content=text or None, tool_calls=said)
+
+
+def _tool_row(text: str, call_id: str | None, name: str | None) -> NewMessage:
+    return NewMessage(role="tool", content=text, tool_call_id=call_id, tool_name=name)
+
+
+def _system_row(text: str) -> NewMessage:
+    return NewMessage(role="system", content=text)
+
+
+def _no_row() -> None:
+    return None
 
 
 def output_format(request: ChatCompletionRequest) -> OutputFormat | None:
