@@ -6,7 +6,8 @@ Runs the real server and the simulator as subprocesses and prints, for issue 10:
             CPU per streamed chunk, and commits / SQL statements per turn (counted by the
             server's engine hooks, read from `/metrics`); the simulator's own CPU per
             request is the baseline: an upstream on the same stack doing less work;
-* `growth`  CPU per turn at turn 10 and at turn 250 of one session;
+* `growth`  CPU per turn at turn 10 and at turn 250 of one session, continued by its id
+            and continued as clients do, by resending the whole history;
 * `ttft`    time to first token through Courier vs the simulator called directly, at
             concurrency 1 and at 100 concurrent 2-second streams;
 * `conns`   new upstream TCP connections per request after warm-up;
@@ -196,21 +197,27 @@ class Rig:
 
     def turn(self, content: str = "Say something.", session: str | None = None) -> str:
         """One streamed request read to its end; returns the session id."""
+        return self.converse([{"role": "user", "content": content}], session=session)[0]
+
+    def converse(
+        self, messages: list[dict[str, str]], session: str | None = None
+    ) -> tuple[str, str]:
+        """One streamed request with these messages read to its end: (session id, the
+        answer's text as the client received it)."""
         headers = dict(self.auth)
         if session:
             headers["X-Session-Id"] = session
-        body = {
-            "model": "courier",
-            "stream": True,
-            "messages": [{"role": "user", "content": content}],
-        }
+        body = {"model": "courier", "stream": True, "messages": messages}
+        said: list[str] = []
         with self.http.stream("POST", self.url, json=body, headers=headers) as resp:
             resp.raise_for_status()
             sid = resp.headers["x-session-id"]
             for line in resp.iter_lines():
                 if line.startswith("data: {") and '"error"' in line[:20]:
                     raise RuntimeError(line)
-        return sid
+                if has_content(line):
+                    said.append(json.loads(line[6:])["choices"][0]["delta"]["content"])
+        return sid, "".join(said)
 
 
 @contextmanager
@@ -284,17 +291,37 @@ GROWTH_WINDOWS = 5
 
 def bench_growth(rig: Rig, turns: int, window: int = 10) -> None:
     print(f"CPU per turn as one session grows (mean over {window} turns, text replies)")
-    rig.script([{"reply": {"text": text_of(40)}}] * (turns + window + 10))
+    rig.script([{"reply": {"text": text_of(40)}}] * 2 * (turns + window + 10))
     # Warm the server on another session first, so the first window measures a short
     # session rather than the process's first requests (lazy imports, cold caches).
     warm = rig.turn()
     for _ in range(9):
         rig.turn(session=warm)
     sid = rig.turn()
+
+    def by_id(n: int) -> None:
+        rig.turn(f"Question number {n}: say something.", session=sid)
+
+    history: list[dict[str, str]] = []
+
+    def resent(n: int) -> None:
+        # As every real client talks: no session id, the whole visible history each time;
+        # Courier recognises the conversation it continues (app/agent/continuity.py).
+        history.append({"role": "user", "content": f"Question number {n}: say something."})
+        history.append({"role": "assistant", "content": rig.converse(history)[1]})
+
+    print("  by session id (X-Session-Id):")
+    _growth(rig, turns, window, by_id)
+    print("  the whole history resent each turn, as clients do (no session id):")
+    resent(1)  # the new session, as `by_id`'s was made before its count
+    _growth(rig, turns, window, resent)
+
+
+def _growth(rig: Rig, turns: int, window: int, turn: Callable[[int], None]) -> None:
     at: dict[int, float] = {}
     started, counted = cpu_s(rig.server.pid), 0
     for n in range(2, turns + 1):
-        rig.turn(f"Question number {n}: say something.", session=sid)
+        turn(n)
         counted += 1
         if n % window == 0:
             # Divided by the turns actually measured: the first window starts at turn 2
@@ -310,7 +337,7 @@ def bench_growth(rig: Rig, turns: int, window: int = 10) -> None:
     early = statistics.mean(at[n] for n in early_marks) if at else float("nan")
     late = statistics.mean(at[n] for n in late_marks) if at else float("nan")
     print(
-        f"  turns {2 if at else 0}-{early_marks[-1] if at else 0}: {early:.2f} ms   "
+        f"    turns {2 if at else 0}-{early_marks[-1] if at else 0}: {early:.2f} ms   "
         f"turns {late_marks[0] - window + 1 if at else 0}-{late_marks[-1] if at else 0}: "
         f"{late:.2f} ms   ratio {late / early:.2f}x   (means of {GROWTH_WINDOWS} windows each)"
     )
