@@ -533,7 +533,9 @@ class Store:
     def _issue(self, session_id: str, write: Deferred, apply: Callable[[SessionRow], None]) -> None:
         """Run or defer a write to the session row whose effect on the row `apply` makes:
         the lease holder's kept row takes it now, and reads before a deferred write commits
-        see it too."""
+        see it too. `apply` only ever sees detached rows (the kept one, or one `get_session`
+        built), so it writes their values directly: through the ORM's instrumented
+        attributes each write cost about 1.8 µs, a roll-up's 15."""
         if self._defer(session_id, write):
             self._pending_rollups.setdefault(session_id, []).append(apply)
         else:
@@ -906,8 +908,7 @@ class Store:
         Deferred on the event loop: they ride in the turn's next transaction."""
 
         def apply(session: SessionRow) -> None:
-            for key, value in values.items():
-                setattr(session, key, value)
+            vars(session).update(values)  # a detached row (see `_issue`)
 
         columns = tuple(sorted(values))
         params = {f"v_{k}": v for k, v in values.items()} | {"sid": session_id}
@@ -1129,22 +1130,22 @@ class Store:
             "created_at": time.time(),
         }
 
-        def roll_up(session: SessionRow) -> None:
-            if call.cache_break is not None and session.pending_cache_break == call.cache_break:
-                session.pending_cache_break = None
-            session.input_tokens += call.input_tokens
-            session.output_tokens += call.output_tokens
-            session.cache_read_tokens += call.cache_read_tokens
-            session.cache_write_tokens += call.cache_write_tokens
-            session.reasoning_tokens += call.reasoning_tokens
-            session.upstream_calls += 1
-            if call.cost_usd is None:
-                if call.cost_status == "unknown":
-                    session.cost_unknown_calls += 1
-            else:
-                session.cost_usd = str(Decimal(session.cost_usd) + call.cost_usd)
-
         unknown = call.cost_usd is None and call.cost_status == "unknown"
+
+        def roll_up(session: SessionRow) -> None:
+            row = vars(session)  # a detached row (see `_issue`)
+            if call.cache_break is not None and row["pending_cache_break"] == call.cache_break:
+                row["pending_cache_break"] = None
+            row["input_tokens"] += call.input_tokens
+            row["output_tokens"] += call.output_tokens
+            row["cache_read_tokens"] += call.cache_read_tokens
+            row["cache_write_tokens"] += call.cache_write_tokens
+            row["reasoning_tokens"] += call.reasoning_tokens
+            row["upstream_calls"] += 1
+            row["cost_unknown_calls"] += int(unknown)
+            if call.cost_usd is not None:
+                row["cost_usd"] = str(Decimal(row["cost_usd"]) + call.cost_usd)
+
         rolled = {
             "input": call.input_tokens,
             "output": call.output_tokens,
