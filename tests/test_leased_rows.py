@@ -15,7 +15,8 @@ from app.db.chat_store import TranscriptKey, index_transcript
 from app.db.leased_rows import LeasedRows
 from app.db.models import SessionRow
 from app.db.raw import count_statements
-from app.db.store import ApiCallRecord, LeaseLost, NewMessage, Store
+from app.db.store import LeaseLost, NewMessage, Store
+from tests.support.ledger import api_call
 
 
 @pytest.fixture
@@ -25,25 +26,6 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
     s = Store.open(tmp_path / "c.db")
     s.create_session(session_id="s1", owner="k1", profile="courier", system_prompt="sys")
     return s
-
-
-def _call(cost: str | None, *, cache_break: str | None = None) -> ApiCallRecord:
-    return ApiCallRecord(
-        profile="courier",
-        upstream_model="m",
-        input_tokens=10,
-        output_tokens=5,
-        cache_read_tokens=100,
-        cache_write_tokens=1,
-        reasoning_tokens=2,
-        cost_usd=Decimal(cost) if cost is not None else None,
-        cost_status="estimated" if cost is not None else "unknown",
-        cost_source="test",
-        latency_ms=1.0,
-        ttft_ms=0.5,
-        outcome="ok",
-        cache_break=cache_break,
-    )
 
 
 def _reads(store: Store) -> list[int]:
@@ -71,8 +53,8 @@ def test_the_holders_row_follows_each_of_its_writes_without_a_read(store: Store)
     assert _kept(store).model_dump() == _stored(store)
     store.set_tool_snapshot(session_id="s1", lease="L", snapshot='[{"n": 1}]', reason="tools")
     assert _kept(store).model_dump() == _stored(store)
-    store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=_call("0.25"))
-    store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=_call(None))
+    store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=api_call("0.25"))
+    store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=api_call(None))
     store.update_session(session_id="s1", lease="L", anchor_billed=7, anchor_rough=6)
     store.set_client_context(
         session_id="s1", lease="L", values={"client_tools": "[1]"}, cache_break="client"
@@ -97,10 +79,10 @@ def test_the_holders_row_follows_each_of_its_writes_without_a_read(store: Store)
 def test_a_roll_up_clears_the_cache_break_it_paid_for(store: Store) -> None:
     assert store.acquire_lease(session_id="s1", lease="L", ttl_s=60)
     store.set_tool_snapshot(session_id="s1", lease="L", snapshot="[]", reason="tools")
-    call = _call("0.1", cache_break="other")
+    call = api_call("0.1", cache_break="other")
     store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=call)
     assert _kept(store).pending_cache_break == "tools" == _stored(store)["pending_cache_break"]
-    call = _call("0.1", cache_break="tools")
+    call = api_call("0.1", cache_break="tools")
     store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=call)
     assert _kept(store).pending_cache_break is None
     assert _kept(store).model_dump() == _stored(store)
@@ -113,7 +95,7 @@ def test_a_stale_kept_cost_still_adds_to_the_stored_one(store: Store, tmp_path: 
     assert store.acquire_lease(session_id="s1", lease="L", ttl_s=60)
     with sqlite3.connect(tmp_path / "c.db") as other:
         other.execute("UPDATE session SET cost_usd = '1.5' WHERE id = 's1'")
-    store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=_call("0.25"))
+    store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=api_call("0.25"))
     assert Decimal(str(_stored(store)["cost_usd"])) == Decimal("1.75")
     assert store.spent_by_owner(owner="k1") == (Decimal("0.25"), 0)
 
@@ -125,7 +107,7 @@ def test_deferred_writes_show_in_the_kept_row_before_and_after_they_commit(
 
     async def turn() -> tuple[SessionRow, dict[str, object], SessionRow]:
         # On the event loop both writes are deferred: nothing has committed yet.
-        store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=_call("0.5"))
+        store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=api_call("0.5"))
         store.update_session(session_id="s1", lease="L", anchor_billed=9)
         queued = _kept(store)
         pending = _stored(store)  # the stored row with the queue's effect applied

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.db.models import SessionRow
-from app.db.store import ApiCallRecord, LeaseLost, NewMessage, Store
+from app.db.store import LeaseLost, NewMessage, Store
+from tests.support.ledger import api_call
 
 
 @pytest.fixture
@@ -99,27 +100,8 @@ def test_full_text_search_follows_text_changes_only(store: Store) -> None:
 
 
 def test_api_calls_roll_up_into_the_session(store: Store) -> None:
-    def call(cost: Decimal | None, status: str) -> ApiCallRecord:
-        return ApiCallRecord(
-            profile="courier",
-            upstream_model="m",
-            input_tokens=10,
-            output_tokens=5,
-            cache_read_tokens=100,
-            cache_write_tokens=1,
-            reasoning_tokens=2,
-            cost_usd=cost,
-            cost_status=status,
-            cost_source="test",
-            latency_ms=1.0,
-            ttft_ms=0.5,
-            outcome="ok",
-        )
-
-    store.record_api_call(
-        session_id="s1", owner="k1", turn_id="t", call=call(Decimal("0.25"), "estimated")
-    )
-    store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=call(None, "unknown"))
+    store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=api_call("0.25"))
+    store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=api_call(None))
     session = store.get_session(session_id="s1")
     assert session is not None
     assert (session.input_tokens, session.cache_read_tokens, session.upstream_calls) == (20, 200, 2)
