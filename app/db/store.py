@@ -1133,18 +1133,18 @@ class Store:
         unknown = call.cost_usd is None and call.cost_status == "unknown"
 
         def roll_up(session: SessionRow) -> None:
-            row = vars(session)  # a detached row (see `_issue`)
-            if call.cache_break is not None and row["pending_cache_break"] == call.cache_break:
-                row["pending_cache_break"] = None
-            row["input_tokens"] += call.input_tokens
-            row["output_tokens"] += call.output_tokens
-            row["cache_read_tokens"] += call.cache_read_tokens
-            row["cache_write_tokens"] += call.cache_write_tokens
-            row["reasoning_tokens"] += call.reasoning_tokens
-            row["upstream_calls"] += 1
-            row["cost_unknown_calls"] += int(unknown)
+            values = vars(session)  # a detached row (see `_issue`)
+            if call.cache_break is not None and values["pending_cache_break"] == call.cache_break:
+                values["pending_cache_break"] = None
+            values["input_tokens"] += call.input_tokens
+            values["output_tokens"] += call.output_tokens
+            values["cache_read_tokens"] += call.cache_read_tokens
+            values["cache_write_tokens"] += call.cache_write_tokens
+            values["reasoning_tokens"] += call.reasoning_tokens
+            values["upstream_calls"] += 1
+            values["cost_unknown_calls"] += int(unknown)
             if call.cost_usd is not None:
-                row["cost_usd"] = str(Decimal(row["cost_usd"]) + call.cost_usd)
+                values["cost_usd"] = str(Decimal(values["cost_usd"]) + call.cost_usd)
 
         rolled = {
             "input": call.input_tokens,
