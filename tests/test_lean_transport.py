@@ -9,6 +9,7 @@ counted on a real socket.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import shutil
 import ssl
 import subprocess
@@ -19,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.providers.transport import LeanTransport
+from app.providers.transport import LeanTransport, body_chunks, send_streaming
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[bool]]
 """Answers one request (its head and body already read); False closes the connection."""
@@ -296,3 +297,103 @@ async def test_httpx_own_transport_is_one_setting_away() -> None:
         assert type(http._transport) is kind  # the transport httpx sends through
         await clients.aclose()
     assert settings.upstream_transport == "httpx"
+
+
+# ------------------------------------------------------- send_streaming: httpx's send, leaner
+
+
+async def _streamed(http: httpx.AsyncClient, url: str) -> tuple[httpx.Response, bytes]:
+    response = await send_streaming(http, http.build_request("POST", url, content=b"{}"))
+    try:
+        return response, b"".join([chunk async for chunk in body_chunks(response)])
+    finally:
+        await response.aclose()
+
+
+async def test_send_streaming_answers_as_send_does_and_reuses_the_connection() -> None:
+    async with upstream(answer(CHUNKED)) as up, client() as http:
+        url = f"http://127.0.0.1:{up.port}/v1/chat"
+        for _ in range(3):
+            response, body = await _streamed(http, url)
+            assert response.status_code == 200 and response.request.url == url
+            assert body == b'data: {"a":1}\n\ndata: {"b":2}\n\n'
+        async with http.stream("POST", url, content=b"{}") as slow:
+            assert b"".join([c async for c in slow.aiter_bytes()]) == body
+    assert up.connections == 1
+    assert up.requests[0] == up.requests[-1]  # the same bytes on the wire either way
+
+
+async def test_send_streaming_keeps_a_cookie_the_upstream_sets() -> None:
+    raw = b"HTTP/1.1 200 OK\r\nset-cookie: sticky=node-2; Path=/\r\ncontent-length: 2\r\n\r\nok"
+    async with upstream(answer(raw)) as up, client() as http:
+        _, body = await _streamed(http, f"http://127.0.0.1:{up.port}/v1/chat")
+        assert body == b"ok" and http.cookies.get("sticky") == "node-2"
+        await _streamed(http, f"http://127.0.0.1:{up.port}/v1/chat")
+    assert b"cookie: sticky=node-2" in up.requests[1].lower()
+
+
+async def test_send_streaming_goes_through_the_proxy_the_client_mounts() -> None:
+    raw = b"HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\nproxied"
+    async with upstream(answer(raw)) as proxy:
+        transport = LeanTransport(max_connections=2)
+        proxy_url = f"http://127.0.0.1:{proxy.port}"
+        async with httpx.AsyncClient(transport=transport, proxy=proxy_url) as http:
+            _, body = await _streamed(http, "http://upstream.invalid:8080/v1/chat")
+    assert body == b"proxied"
+    # A proxy is sent the absolute form of the target.
+    assert proxy.requests[0].startswith(b"POST http://upstream.invalid:8080/v1/chat HTTP/1.1")
+
+
+async def test_an_environment_proxy_carries_the_upstream_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """httpx ignores HTTP(S)_PROXY for a client given its own transport, so an upstream
+    behind a proxy the environment names gets httpx's transport, which honours it."""
+    from app.providers.clients import UpstreamClients
+
+    raw = b"HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\nproxied"
+    async with upstream(answer(raw)) as proxy:
+        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+        clients = UpstreamClients(max_connections=2)
+        http = clients.for_url("http://upstream.invalid:8080/v1", timeout=5)
+        direct = clients.for_url("https://api.example.invalid/v1", timeout=5)
+        try:
+            _, body = await _streamed(http, "http://upstream.invalid:8080/v1/chat")
+        finally:
+            await clients.aclose()
+    assert body == b"proxied"
+    assert proxy.requests[0].startswith(b"POST http://upstream.invalid:8080/v1/chat HTTP/1.1")
+    assert type(direct._transport) is LeanTransport  # no proxy named for https
+
+
+async def test_send_streaming_decodes_a_compressed_body() -> None:
+    packed = gzip.compress(b'data: {"a":1}\n\n')
+    raw = (
+        b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(packed)
+        + packed
+    )
+    async with upstream(answer(raw)) as up, client() as http:
+        _, body = await _streamed(http, f"http://127.0.0.1:{up.port}/v1/chat")
+    assert body == b'data: {"a":1}\n\n'
+
+
+async def test_send_streaming_leaves_a_client_with_auth_to_httpx() -> None:
+    raw = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+    async with upstream(answer(raw)) as up:
+        transport = LeanTransport(max_connections=2)
+        async with httpx.AsyncClient(transport=transport, auth=("user", "pass")) as http:
+            await _streamed(http, f"http://127.0.0.1:{up.port}/v1/chat")
+    assert b"authorization: basic dxnlcjpwyxnz" in up.requests[0].lower()
+
+
+async def test_send_streaming_errors_carry_their_request() -> None:
+    async with upstream(answer(CHUNKED)) as up:
+        port = up.port
+    for transport in (LeanTransport(max_connections=2), httpx.AsyncHTTPTransport()):
+        async with httpx.AsyncClient(transport=transport) as http:
+            request = http.build_request("POST", f"http://127.0.0.1:{port}/", content=b"{}")
+            with pytest.raises(httpx.ConnectError) as caught:
+                await send_streaming(http, request)
+            assert caught.value.request is request

@@ -12,6 +12,7 @@ an upstream called on that wire gets an httpx2 client over the same kind of pool
 from __future__ import annotations
 
 from urllib.parse import urlsplit
+from urllib.request import getproxies_environment
 
 import httpx
 import httpx2
@@ -34,6 +35,7 @@ class UpstreamClients:
         key = (f"{parts.scheme}://{parts.netloc}", timeout)
         client = self._clients.get(key)
         if client is None:
+            lean = self._lean and not _env_proxy_for(parts.scheme)
             # The read timeout bounds the silence between chunks, not the whole reply;
             # connect failures should surface fast so the retry layer can act.
             client = httpx.AsyncClient(
@@ -41,7 +43,7 @@ class UpstreamClients:
                 limits=httpx.Limits(max_connections=self._max, max_keepalive_connections=self._max),
                 # httpcore's h11-on-anyio path cost about 2 ms of CPU per streamed call
                 # (benchmarks/hot_path_floors.py); this one keeps httpx and its semantics.
-                transport=LeanTransport(max_connections=self._max) if self._lean else None,
+                transport=LeanTransport(max_connections=self._max) if lean else None,
             )
             self._clients[key] = client
         return client
@@ -52,7 +54,7 @@ class UpstreamClients:
         key = (f"{parts.scheme}://{parts.netloc}", timeout)
         client = self._sdk_clients.get(key)
         if client is None:
-            lean = LeanSDKTransport(LeanTransport(max_connections=self._max))
+            lean = self._lean and not _env_proxy_for(parts.scheme)
             client = httpx2.AsyncClient(
                 # A default only: the SDK sends each request with the timeout it was given.
                 timeout=httpx2.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S)),
@@ -61,7 +63,9 @@ class UpstreamClients:
                 ),
                 # As the SDK's own client does; a redirect is followed, not reported.
                 follow_redirects=True,
-                transport=lean if self._lean else None,
+                transport=LeanSDKTransport(LeanTransport(max_connections=self._max))
+                if lean
+                else None,
             )
             self._sdk_clients[key] = client
         return client
@@ -73,3 +77,14 @@ class UpstreamClients:
         for sdk_client in self._sdk_clients.values():
             await sdk_client.aclose()
         self._sdk_clients.clear()
+
+
+def _env_proxy_for(scheme: str) -> bool:
+    """The environment names a proxy for this scheme (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY).
+
+    httpx reads those only for a client without a transport of its own: given the lean
+    one, a deployment behind a proxy would have called the upstream directly. Such a
+    client gets httpx's transport instead, which applies the proxy and NO_PROXY as httpx
+    documents them."""
+    proxies = getproxies_environment()
+    return bool(proxies.get(scheme) or proxies.get("all"))

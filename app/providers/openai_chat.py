@@ -47,6 +47,7 @@ from app.providers.base import (
 )
 from app.providers.errors import PhraseTable, classify_http_error, classify_stream_error, redact
 from app.providers.fragments import MessageFragments
+from app.providers.transport import body_chunks, send_streaming
 from app.providers.usage import usage_from_openai
 
 log = logging.getLogger(__name__)
@@ -652,7 +653,7 @@ class OpenAIChatProvider:
             body = self._body(request)
         http_request = self.request_for(body)
         try:
-            response = await self._client.send(http_request, stream=True)
+            response = await send_streaming(self._client, http_request)
         except httpx.HTTPError as exc:
             raise ProviderError(_transport_kind(exc), self._describe(exc)) from None
         try:
@@ -685,7 +686,7 @@ class OpenAIChatProvider:
 
     async def _body_chunks(self, response: httpx.Response) -> AsyncGenerator[bytes, None]:
         try:
-            async for chunk in response.aiter_bytes():
+            async for chunk in body_chunks(response):
                 yield chunk
         except httpx.HTTPError as exc:
             # Headers arrived, so the upstream accepted the call; losing the body mid-way is
