@@ -397,3 +397,30 @@ async def test_send_streaming_errors_carry_their_request() -> None:
             with pytest.raises(httpx.ConnectError) as caught:
                 await send_streaming(http, request)
             assert caught.value.request is request
+
+
+async def test_the_read_timeout_bounds_each_silence_not_the_whole_body() -> None:
+    """Chunks 0.1 s apart for 0.6 s under a 0.25 s read timeout arrive whole; a silence
+    longer than the timeout after them is a ReadTimeout."""
+
+    async def trickle(_r: asyncio.StreamReader, writer: asyncio.StreamWriter, _b: bytes) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for i in range(6):
+            await asyncio.sleep(0.1)
+            writer.write(b"2\r\n%02d\r\n" % i)
+            await writer.drain()
+        await asyncio.sleep(30)
+        return False
+
+    got: list[bytes] = []
+    async with upstream(trickle) as up, client(read=0.25) as http:
+        request = http.build_request("POST", f"http://127.0.0.1:{up.port}/", content=b"{}")
+        response = await send_streaming(http, request)
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(httpx.ReadTimeout):
+            async for chunk in body_chunks(response):
+                got.append(chunk)
+        waited = asyncio.get_running_loop().time() - started
+        await response.aclose()
+    assert b"".join(got) == b"000102030405"
+    assert waited < 5  # the silence after the last chunk, not the server's 30 s

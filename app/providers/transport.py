@@ -39,6 +39,10 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, origin: tuple[str, str, int]) -> None:
         self.origin = origin
+        self.loop = asyncio.get_running_loop()
+        self.silence_timer: asyncio.TimerHandle | None = None
+        self.wait_started = 0.0
+        self.wait_timeout: float | None = None
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
@@ -141,12 +145,39 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(None)
 
     async def wait(self, timeout: float | None) -> None:
-        self.waiter = asyncio.get_running_loop().create_future()
+        """Until the parser has news; TimeoutError after `timeout` seconds of silence.
+
+        One timer serves every wait of an exchange: it is armed at the first wait and,
+        when it fires early, moved to the current wait's deadline. A timer per wait
+        (`asyncio.timeout`) cost a timer handle, a context manager and a loop lookup on
+        every read of every stream."""
+        loop = self.loop
+        self.waiter = waiter = loop.create_future()
+        self.wait_started = loop.time()
+        self.wait_timeout = timeout
+        if timeout is not None and self.silence_timer is None:
+            self.silence_timer = loop.call_at(self.wait_started + timeout, self._silence)
         try:
-            async with asyncio.timeout(timeout):
-                await self.waiter
+            await waiter
         finally:
             self.waiter = None
+
+    def _silence(self) -> None:
+        self.silence_timer = None
+        waiter, timeout = self.waiter, self.wait_timeout
+        if waiter is None or waiter.done() or timeout is None:
+            return  # nobody waits on a deadline: the next wait arms the timer again
+        deadline = self.wait_started + timeout
+        if self.loop.time() < deadline:
+            self.silence_timer = self.loop.call_at(deadline, self._silence)
+        else:
+            waiter.set_exception(TimeoutError())
+
+    def quiet(self) -> None:
+        """The exchange is over: no silence timer outlives it."""
+        if self.silence_timer is not None:
+            self.silence_timer.cancel()
+            self.silence_timer = None
 
     def take(self) -> bytes:
         data = b"".join(self.chunks) if len(self.chunks) > 1 else self.chunks[0]
@@ -172,6 +203,7 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        self.quiet()
         if self.transport is not None:
             self.transport.close()
 
@@ -284,11 +316,14 @@ class LeanTransport(httpx.AsyncBaseTransport):
         ):
             return await self._default().handle_async_request(request)
         timeout = request.extensions.get("timeout", {})
-        try:
-            async with asyncio.timeout(timeout.get("pool")):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise httpx.PoolTimeout("no upstream connection free", request=request) from None
+        if self._slots.locked():
+            try:
+                async with asyncio.timeout(timeout.get("pool")):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise httpx.PoolTimeout("no upstream connection free", request=request) from None
+        else:
+            await self._slots.acquire()  # a free slot: taken without suspending
         try:
             return await self._exchange(request, await request.aread(), timeout)
         except BaseException:
@@ -396,6 +431,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
     def release(self, conn: _Connection) -> None:
         """The exchange on `conn` is over: keep the connection for the next, or close it."""
         self._slots.release()
+        conn.quiet()
         if conn.reusable():
             conn.idle_since = time.monotonic()
             self._idle.setdefault(conn.origin, []).append(conn)
