@@ -110,9 +110,7 @@ def test_without_a_key_a_dropped_stream_is_cancelled(server: Server, sim: Simula
         headers=server.headers(),
         timeout=30,
     ) as resp:
-        for line in resp.iter_lines():
-            if '"role":"assistant"' in line:
-                break
+        assert resp.status_code == 200  # the headers are in; the reply is still delayed
     deadline = 50
     while deadline and _turns(server)[-1][1] is None:
         threading.Event().wait(0.1)

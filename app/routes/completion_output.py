@@ -35,7 +35,7 @@ from app.protocol.render import (
     tool_event_payload,
 )
 from app.providers.base import ToolCall
-from app.routes.event_stream import ServerSentEvent
+from app.routes.event_stream import FinalFrame, ServerSentEvent
 
 
 async def client_gone(request: Request) -> None:
@@ -108,8 +108,10 @@ async def sse_frames(
     progress chunks only for a client that asked.
 
     Events already queued go out as one write: a socket write per chunk was the largest
-    single cost of a fast stream, and joining only what is ready never delays a byte."""
-    yield ServerSentEvent(data=renderer.role_chunk())
+    single cost of a fast stream, and joining only what is ready never delays a byte. The
+    role chunk rides with the first of them (the headers are already out, so the client
+    waits for nothing), and the last with the response's end."""
+    role: bytes | None = ServerSentEvent(data=renderer.role_chunk()).encode()
     opted = {"tool_events": tool_events, "approval_events": approval_events}
     queue = handle.subscribe()
     finished = False
@@ -124,9 +126,12 @@ async def sse_frames(
                 else:
                     event = queue.get_nowait()
             except TimeoutError:
-                yield ServerSentEvent(comment="keepalive")
+                keepalive = ServerSentEvent(comment="keepalive").encode()
+                yield role + keepalive if role is not None else keepalive
+                role = None
                 continue
-            frames: list[bytes] = []
+            frames: list[bytes] = [role] if role is not None else []
+            role = None
             while True:
                 if type(event) is TurnText:  # most events: straight to bytes
                     frames.append(renderer.text_sse(event.text))
@@ -139,7 +144,8 @@ async def sse_frames(
             if finished:
                 assert isinstance(event, TurnFinished)
                 handle.delivered = event.error is None
-            if frames:
+                yield FinalFrame(b"".join(frames))
+            elif frames:
                 yield b"".join(frames)
     finally:
         handle.unsubscribe(queue)

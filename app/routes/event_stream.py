@@ -60,6 +60,13 @@ class ServerSentEvent:
         return "".join(out).encode()
 
 
+class FinalFrame(bytes):
+    """A frame source's last bytes: they go out with the response's end in one write (a
+    separate write for the terminating chunk cost a socket send per response)."""
+
+    __slots__ = ()
+
+
 class EventSourceResponse(StreamingResponse):
     """Streams `content` (frames, or already-encoded bytes) as `text/event-stream`.
 
@@ -123,6 +130,9 @@ class EventSourceResponse(StreamingResponse):
             {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
         )
         async for frame in self.frames:
+            if type(frame) is FinalFrame:
+                await send({"type": "http.response.body", "body": frame, "more_body": False})
+                return
             body = frame.encode() if isinstance(frame, ServerSentEvent) else frame
             await send({"type": "http.response.body", "body": body, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
