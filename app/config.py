@@ -415,6 +415,9 @@ class Settings(BaseSettings):
     replay_memory_mb: int = Field(default=64, ge=1)
     """Memory for finished turns kept for replays (`/events`, a retry that reattaches);
     past it the oldest are forgotten (app/agent/finished_turns.py)."""
+    search_index_interval_s: float = Field(default=1.0, ge=0)
+    """How often new messages are added to the full-text index, in one batch (0: only
+    when a search needs them). A search always sees every message (app/db/search_index.py)."""
     tokens_enabled: bool = False
     """Serve `POST /v1/tokens` and accept the short-lived JWTs it mints."""
     token_secret: SecretStr | None = None

@@ -198,10 +198,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if settings.metrics_port:
         # Loopback only: this listener has no auth, so it must not be reachable from outside.
         start_http_server(settings.metrics_port, addr="127.0.0.1", registry=metrics.registry)
+    interval = settings.search_index_interval_s
+    indexer = asyncio.create_task(store.keep_search_index(interval)) if interval > 0 else None
     try:
         yield
     finally:
         await turns.shutdown(drain_s=settings.drain_timeout_s)
+        if indexer is not None:
+            indexer.cancel()
+            await asyncio.gather(indexer, return_exceptions=True)
         for provider in providers.values():
             await provider.aclose()
         await clients.aclose()

@@ -643,6 +643,7 @@ def build_search_db(path: Path, rows: int, owners: int, per_session: int) -> Non
                 batch.clear()
         if batch:
             conn.execute(message_table.insert(), batch)
+    store.index_for_search()  # new rows reach the full-text index in batches
     store.close()
 
 

@@ -3,8 +3,10 @@ runway, non-destructive compaction, tool transactions, verdicts and the breaker.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -219,12 +221,14 @@ async def test_compaction_archives_and_never_deletes(store: Store, tmp_path: Pat
     session = _session(store)
     assert session.system_prompt == "REBUILT" and session.verdict_pending
     assert session.pending_cache_break == "compaction" and session.compactions == 1
-    # Archived rows stay searchable; retracted ones do not.
-    assert store.search_messages(session_id=SID, query="zebra3")
+    # Archived rows stay searchable; retracted ones do not. (A search waits on the store's
+    # writer thread, so not on the event loop.)
+    search = partial(store.search_messages, session_id=SID, query="zebra3")
+    assert await asyncio.to_thread(search)
     con = sqlite3.connect(tmp_path / "c.db")
     con.execute("UPDATE message SET compacted = 0 WHERE active = 0 AND content LIKE '%zebra3 %'")
     con.commit()
-    assert not store.search_messages(session_id=SID, query="zebra3")
+    assert not await asyncio.to_thread(search)
 
 
 async def test_summariser_failure_falls_back_and_counts(store: Store) -> None:

@@ -20,9 +20,15 @@ from tests.support.server import Server, sim_env
 from tests.support.sim import Simulator
 
 METRICS_KEY = "metrics-key-0123456789abcdef"
-PRODUCTION = {"COURIER_METRICS_API_KEY": METRICS_KEY, "COURIER_VERIFY_LIVE_LOG": "0"}
+PRODUCTION = {
+    "COURIER_METRICS_API_KEY": METRICS_KEY,
+    "COURIER_VERIFY_LIVE_LOG": "0",
+    "COURIER_SEARCH_INDEX_INTERVAL_S": "0",
+}
 """The suite's check of kept state against the database reads on every call: counted here,
-a read the kept state saves would look the same as the check that replaced it."""
+a read the kept state saves would look the same as the check that replaced it. The search
+index's batches (one commit a second for all turns) are off: counted per turn, one could
+land in any turn's figures."""
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +102,8 @@ def test_a_text_turn_commits_twice(counted: Server, sim: Simulator, stream: bool
 
 
 def test_a_tool_turn_adds_only_intent_and_result_commits(counted: Server, sim: Simulator) -> None:
-    call = {"name": "session_search", "arguments": {"query": "nothing matches this"}}
-    sim.script([{"reply": {"tool_calls": [call]}}, {"reply": {"text": "none found"}}])
+    call = {"name": "list_files", "arguments": {}}
+    sim.script([{"reply": {"tool_calls": [call]}}, {"reply": {"text": "nothing there"}}])
     on_loop = _metrics(counted)["courier_db_loop_commits_total"]
     _, commits, statements = _turn(counted, stream=True)
     sim.assert_script_done()
@@ -108,6 +114,24 @@ def test_a_tool_turn_adds_only_intent_and_result_commits(counted: Server, sim: S
     assert statements <= 20, statements
     # Every one of them on the store's writer thread, the tool result's too.
     assert _metrics(counted)["courier_db_loop_commits_total"] - on_loop == 0
+
+
+def test_a_search_first_brings_the_index_up_to_date(counted: Server, sim: Simulator) -> None:
+    """New messages reach the full-text index in batches; a search catches up first, in
+    one commit of its own, and so finds the words of the turn that asks."""
+    call = {"name": "session_search", "arguments": {"query": "kumquat"}}
+    sim.script([{"reply": {"tool_calls": [call]}}, {"reply": {"text": "found it"}}])
+    before = _counts(counted)
+    headers = counted.headers()
+    body = {"model": "courier", "messages": [{"role": "user", "content": "the kumquat jar"}]}
+    url = f"{counted.base_url}/v1/chat/completions"
+    assert httpx.post(url, json=body, headers=headers, timeout=30).status_code == 200
+    sim.assert_script_done()
+    after = _counts(counted)
+    # Opening, intent, the index's catch-up, the result, closing.
+    assert after[0] - before[0] == 5
+    assert "the **kumquat** jar" in _tool_result(sim)
+    assert "(this session)" in _tool_result(sim)
 
 
 def _tool_result(sim: Simulator) -> str:

@@ -1,4 +1,5 @@
-"""Engine setup: SQLite in WAL mode with a busy timeout, and the FTS5 index over messages."""
+"""Engine setup: SQLite in WAL mode with a busy timeout, and the FTS5 index over messages
+(app/db/search_index.py)."""
 
 from __future__ import annotations
 
@@ -12,57 +13,10 @@ import app.db.approval_models
 import app.db.chat_models
 import app.db.session_models
 import app.db.tool_models  # noqa: F401  (registers the tools' tables too)
-from app.db import models  # noqa: F401  (registers the tables on SQLModel.metadata)
-
-# The index is external-content over a view that adds each row's owner as one token
-# (`hex(owner)`: letters and digits only, so the tokenizer keeps it whole). Search then
-# intersects the owner's rows with the terms inside FTS5 and ranks only those; filtering
-# by owner after the MATCH ranked every owner's hits first (seconds at 1M rows).
-# Triggers fire only on inserts, deletes and changes to the text columns: flipping the
-# `active`/`compacted` flags during a compaction must cost no index work.
-_OWNER_TAG = "(SELECT hex(owner) FROM session WHERE id = {row}.session_id)"
-_FTS_DDL = (
-    """CREATE VIEW IF NOT EXISTS message_fts_source AS
-        SELECT m.id AS id, m.content AS content, m.api_content AS api_content,
-               hex(s.owner) AS owner_tag
-        FROM message m JOIN session s ON s.id = m.session_id""",
-    """CREATE VIRTUAL TABLE IF NOT EXISTS message_fts USING fts5(
-        content, api_content, owner_tag, content='message_fts_source', content_rowid='id')""",
-    f"""CREATE TRIGGER IF NOT EXISTS message_fts_ai AFTER INSERT ON message BEGIN
-        INSERT INTO message_fts(rowid, content, api_content, owner_tag)
-        VALUES (new.id, new.content, new.api_content, {_OWNER_TAG.format(row="new")});
-    END""",
-    f"""CREATE TRIGGER IF NOT EXISTS message_fts_ad AFTER DELETE ON message BEGIN
-        INSERT INTO message_fts(message_fts, rowid, content, api_content, owner_tag)
-        VALUES ('delete', old.id, old.content, old.api_content, {_OWNER_TAG.format(row="old")});
-    END""",
-    f"""CREATE TRIGGER IF NOT EXISTS message_fts_au AFTER UPDATE OF content, api_content
-        ON message BEGIN
-        INSERT INTO message_fts(message_fts, rowid, content, api_content, owner_tag)
-        VALUES ('delete', old.id, old.content, old.api_content, {_OWNER_TAG.format(row="old")});
-        INSERT INTO message_fts(rowid, content, api_content, owner_tag)
-        VALUES (new.id, new.content, new.api_content, {_OWNER_TAG.format(row="new")});
-    END""",
+from app.db import (
+    models,  # noqa: F401  (registers the tables on SQLModel.metadata)
+    search_index,
 )
-
-
-def _migrate_fts(conn: Connection) -> None:
-    """An index from before the owner column is rebuilt once: same rows, one more column.
-
-    Additive in effect (no message row changes); the rebuild reads every message once.
-    """
-    found = conn.execute(
-        text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'message_fts'")
-    ).scalar()
-    if found is None or "owner_tag" in str(found):
-        return
-    for trigger in ("message_fts_ai", "message_fts_ad", "message_fts_au"):
-        conn.execute(text(f"DROP TRIGGER IF EXISTS {trigger}"))
-    conn.execute(text("DROP TABLE message_fts"))
-    for ddl in _FTS_DDL:
-        conn.execute(text(ddl))
-    conn.execute(text("INSERT INTO message_fts(message_fts) VALUES ('rebuild')"))
-
 
 MMAP_BYTES = 256 * 1024 * 1024
 
@@ -92,9 +46,7 @@ def make_engine(db_path: Path) -> Engine:
         _add_missing_columns(conn)
         for index in RETIRED_INDEXES:
             conn.execute(text(f'DROP INDEX IF EXISTS "{index}"'))
-        _migrate_fts(conn)
-        for ddl in _FTS_DDL:
-            conn.execute(text(ddl))
+        search_index.install(conn)
     return engine
 
 

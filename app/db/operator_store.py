@@ -133,7 +133,8 @@ class OperatorStore:
 
     def search(self, query: str, *, limit: int = 20) -> list[dict[str, Any]]:
         """Full-text matches across sessions (live and archived rows; retracted ones are not
-        searchable, as in the agent's own search)."""
+        searchable, as in the agent's own search). Read-only, so only what the server has
+        indexed: messages still pending (app/db/search_index.py) are not found yet."""
         phrase = '"' + query.replace('"', '""') + '"'  # a phrase: user text is not FTS syntax
         rows = self._rows(
             "SELECT m.id, m.session_id, m.role, m.active, m.compacted, m.created_at, "

@@ -39,6 +39,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, func, select
 
+from app.db import search_index
 from app.db.engine import make_engine
 from app.db.leased_rows import LeasedRows
 from app.db.models import ApiCallRow, MessageRow, SessionRow, TurnRow
@@ -288,6 +289,9 @@ class Store:
         """Tests: compare the kept log with a fresh read on every call."""
         self._lost: set[tuple[str, str]] = set()
         """(session, lease) whose deferred reply was refused: reported by `close_turn`."""
+        self.search_stale = True
+        """Something committed since the search index last caught up (a hint: searches
+        always catch up themselves; see `index_for_search`)."""
         self._writer = WriterThread("courier-store_0", initializer=self._start_writer)
         """The thread a turn's two transactions run on: a slow write (a 10,000-message
         request, a disk that stalls) then holds that one thread, not every stream."""
@@ -359,6 +363,42 @@ class Store:
         writes, self._deferred = self._deferred, []
         self._pending_rollups.clear()
         return writes
+
+    # ------------------------------------------------------------------ search index
+
+    def index_for_search(self) -> int:
+        """Index the messages committed since the last catch-up (app/db/search_index.py),
+        in the current unit or one of its own; returns how many."""
+        self._unit.indexing = True
+        try:
+            self.search_stale = False  # a commit from here on marks it again
+            with self.unit():
+                return search_index.index_pending(self._unit.conn)
+        finally:
+            self._unit.indexing = False
+
+    def searchable(self) -> None:
+        """Every committed message can be found: the pending ones are indexed first, on
+        the writer thread (the caller waits for it, so never call this on the event loop:
+        `await off_loop(index_for_search)` there)."""
+        if getattr(self._unit, "writer", False) or getattr(self._unit, "conn", None) is not None:
+            self.index_for_search()
+            return
+        if _on_event_loop():
+            raise RuntimeError("searchable() waits on the writer thread: not on the event loop")
+        self._writer.submit(self.index_for_search).result()
+
+    async def keep_search_index(self, interval_s: float) -> None:
+        """Index new messages about every `interval_s`, in one batch, while anything commits
+        (runs until cancelled)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            if not self.search_stale:
+                continue
+            try:
+                await self.off_loop(self.index_for_search)
+            except STORE_FAILURES:
+                log.warning("could not update the search index; retrying", exc_info=True)
 
     # ------------------------------------------------------------------ transactions
 
@@ -466,6 +506,8 @@ class Store:
         pending.append(action)
 
     def _committed(self) -> None:
+        if not getattr(self._unit, "indexing", False):
+            self.search_stale = True
         actions: list[Callable[[], None]] = getattr(self._unit, "after", None) or []
         self._unit.after = []
         for action in actions:
@@ -1000,6 +1042,7 @@ class Store:
     ) -> list[StoredMessage]:
         """Full-text search over live and compacted (not retracted) messages of a session."""
         self.flush()
+        self.searchable()
         with self._session() as db:
             ids = (
                 db.connection()

@@ -117,10 +117,12 @@ def search_sessions(
 
     Live and compacted rows match; retracted rows (active=0, compacted=0) neither match nor
     appear in a window, since retraction means the message should not have existed.
-    `terms` are quoted here, so a caller cannot pass FTS syntax even by mistake.
+    `terms` are quoted here, so a caller cannot pass FTS syntax even by mistake. Waits on
+    the store's writer thread (see `Store.searchable`): not for the event loop.
     """
     if not terms or limit < 1:
         return []
+    store.searchable()  # the newest messages are indexed in batches: catch up first
     # The terms only ever match the text columns; the owner's token narrows the rows
     # inside the index, before anything is ranked.
     match = "{content api_content} : (" + _match_expression(terms, any_term=any_term) + ")"

@@ -120,7 +120,11 @@ async def search(
     terms = fts_terms(q_)
     if not terms:
         raise ApiError(400, "q has no searchable words", param="q", code="invalid_query")
-    hits = search_sessions(state.store, owner=principal.owner, terms=terms, limit=limit)
+    # Off the loop: it waits for the index to catch up on the writer thread, and a common
+    # term's ranking at a million rows takes milliseconds.
+    hits = await asyncio.to_thread(
+        search_sessions, state.store, owner=principal.owner, terms=terms, limit=limit
+    )
     if principal.session_id is not None:
         hits = [h for h in hits if h.session_id == principal.session_id]
     titles = q.titles(state.store, session_ids=[h.session_id for h in hits])
