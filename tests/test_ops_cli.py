@@ -185,9 +185,11 @@ def test_doctor_can_skip_the_upstream(good_env: dict[str, str]) -> None:
 
 @pytest.fixture(scope="module")
 def seeded(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A store with one session holding a tool call and its result, written by the server."""
+    """A store with one session holding a tool call and its result, written by the server.
+    It indexes no message for search in the background: `sessions search` must catch up."""
     data = tmp_path_factory.mktemp("ops")
-    srv = Server(data_dir=data, env=sim_env(simulator.base_url)).start()
+    env = sim_env(simulator.base_url, COURIER_SEARCH_INDEX_INTERVAL_S="0")
+    srv = Server(data_dir=data, env=env).start()
     simulator.reset()
     simulator.script(
         [

@@ -1,17 +1,21 @@
 """Read-only queries for operators (`courier sessions`, `courier usage`), straight on the file.
 
-Separate from `Store`: these run from a CLI process beside a live server, never write, and
-show every row (archived and retracted too), where the agent's own reads show the live log.
-SQLite in WAL mode lets them read while the server writes.
+Separate from `Store`: these run from a CLI process beside a live server, write nothing but
+the search index's catch-up, and show every row (archived and retracted too), where the
+agent's own reads show the live log. SQLite in WAL mode lets them read while the server
+writes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+
+from app.db import search_index
 
 
 class StoreMissing(Exception):
@@ -62,7 +66,8 @@ class OperatorStore:
         if not db_path.is_file():
             raise StoreMissing(f"no database at {db_path} (is COURIER_DATA_DIR right?)")
         # Read-only URI: a typo'd path must not create an empty database, and nothing here
-        # can take a write lock the live server would then wait on.
+        # can take a write lock the live server would then wait on (but `_index_pending`).
+        self._path = db_path
         self._db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5)
         self._db.row_factory = sqlite3.Row
 
@@ -131,10 +136,26 @@ class OperatorStore:
             out.append(item)
         return out
 
+    def _index_pending(self) -> None:
+        """Index the newest messages first (app/db/search_index.py): the one write here, a
+        transaction of a moment that the server's writes wait out like each other's. On a
+        database this process may not write, the search finds what is indexed already."""
+        try:
+            with (
+                contextlib.closing(
+                    sqlite3.connect(f"file:{self._path}?mode=rw", uri=True, timeout=5)
+                ) as db,
+                db,
+            ):
+                db.execute(search_index.INDEX_PENDING.sql)
+                db.execute(search_index.CLEAR_PENDING.sql)
+        except sqlite3.OperationalError:
+            pass  # read-only here (a mount, another user's file), or busy past the timeout
+
     def search(self, query: str, *, limit: int = 20) -> list[dict[str, Any]]:
         """Full-text matches across sessions (live and archived rows; retracted ones are not
-        searchable, as in the agent's own search). Read-only, so only what the server has
-        indexed: messages still pending (app/db/search_index.py) are not found yet."""
+        searchable, as in the agent's own search)."""
+        self._index_pending()
         phrase = '"' + query.replace('"', '""') + '"'  # a phrase: user text is not FTS syntax
         rows = self._rows(
             "SELECT m.id, m.session_id, m.role, m.active, m.compacted, m.created_at, "
