@@ -433,3 +433,72 @@ async def test_clean_eof_without_finish_reason_is_stream_dropped() -> None:
         with pytest.raises(ProviderError) as caught:
             await _events_from(base_url)
     assert caught.value.kind == "stream_dropped"
+
+
+# ------------------------------------------------- what arrives together goes on together
+
+
+def _frame(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    chunk = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+WORDS = [f"w{i} " for i in range(10)]
+FRAMES = [
+    _frame({"reasoning_content": "think "}),
+    _frame({"reasoning_content": "hard "}),
+    *[_frame({"content": word}) for word in WORDS],
+    _frame({}, "stop"),
+    b"data: [DONE]\n\n",
+]
+
+
+@asynccontextmanager
+async def _upstream(paced: bool) -> AsyncIterator[str]:
+    """A loopback upstream streaming FRAMES as one chunked write, or one write per frame
+    50 ms apart (`paced`)."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: (\d+)", head)[1])  # type: ignore[index]
+        await reader.readexactly(length)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
+        writer.write(b"transfer-encoding: chunked\r\n\r\n")
+        for part in FRAMES if paced else [b"".join(FRAMES)]:
+            writer.write(b"%x\r\n%s\r\n" % (len(part), part))
+            await writer.drain()
+            if paced:
+                await asyncio.sleep(0.05)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.close()
+
+
+async def test_chunks_that_arrive_together_reach_the_turn_as_one_delta_each_kind() -> None:
+    async with _upstream(paced=False) as base_url:
+        adapter = OpenAIChatProvider(base_url, KEY)
+        try:
+            events = [event async for event in adapter.stream(_request())]
+        finally:
+            await adapter.aclose()
+    assert events == [ReasoningDelta("think hard "), TextDelta("".join(WORDS)), Finish("stop")]
+
+
+async def test_chunks_that_arrive_apart_are_not_held_back() -> None:
+    async with _upstream(paced=True) as base_url:
+        adapter = OpenAIChatProvider(base_url, KEY)
+        try:
+            events = [event async for event in adapter.stream(_request())]
+        finally:
+            await adapter.aclose()
+    texts = [event.text for event in events if isinstance(event, TextDelta)]
+    assert "".join(texts) == "".join(WORDS)
+    assert len(texts) > 1  # each read on its own (a stalled loop may still join a few)
+    assert events[-1] == Finish("stop")

@@ -24,6 +24,7 @@ from app.providers.base import (
     ToolSpec,
     UsageEvent,
     UserMessage,
+    coalesced,
 )
 from app.providers.openai_chat import (
     ChatStreamState,
@@ -326,3 +327,36 @@ def test_non_streamed_json_reply_becomes_the_same_events() -> None:
         UsageEvent(Usage(input_tokens=3, output_tokens=2), raw=usage),
         Finish("tool_calls"),
     ]
+
+
+def test_coalesced_joins_runs_of_one_kind_and_keeps_the_order() -> None:
+    call = ToolCallDelta(index=0, id="c1", name="weather", arguments="{}")
+    events: list[ProviderEvent] = [
+        TextDelta("a"),
+        TextDelta("b"),
+        ReasoningDelta("r1"),
+        ReasoningDelta("r2"),
+        TextDelta("c"),
+        call,
+        TextDelta("d"),
+        UsageEvent(Usage(input_tokens=1)),
+        Finish("stop"),
+    ]
+    assert coalesced(events) == [
+        TextDelta("ab"),
+        ReasoningDelta("r1r2"),
+        TextDelta("c"),
+        call,
+        TextDelta("d"),
+        UsageEvent(Usage(input_tokens=1)),
+        Finish("stop"),
+    ]
+    single = [TextDelta("only")]
+    assert coalesced(single) is single
+    assert coalesced([]) == []
+
+
+def test_plain_events_come_as_their_bytes_and_the_rest_as_events() -> None:
+    decoder = SSEDecoder()
+    fed = decoder.feed_data(b'data: {"a":1}\n\nevent: error\ndata: {"b":2}\n\ndata: [DONE]\n\n')
+    assert fed == [b'{"a":1}', SSEEvent('{"b":2}', event="error"), b"[DONE]"]

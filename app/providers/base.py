@@ -197,6 +197,39 @@ class Finish:
 
 ProviderEvent = TextDelta | ReasoningDelta | ToolCallDelta | UsageEvent | Finish
 
+
+def coalesced(events: list[ProviderEvent]) -> list[ProviderEvent]:
+    """Runs of text (and of reasoning) deltas that arrived together, as one delta each.
+
+    A fast upstream, or one the loop fell behind, hands over dozens of chunks in one read.
+    Passed on one by one, each paid the whole path (the loop's generators, the reply
+    builder, a turn event, the client's frame): about 60,000 instructions a chunk, a third
+    of a short reply's cost. Nothing that arrived together is held back for this, and the
+    order of everything else is kept; a client reads the same text in fewer chunks."""
+    if len(events) < 2:
+        return events
+    out: list[ProviderEvent] = []
+    run: list[TextDelta | ReasoningDelta] = []
+
+    def flush() -> None:
+        if len(run) > 1:
+            out.append(type(run[0])("".join(delta.text for delta in run)))
+        else:
+            out.extend(run)
+        run.clear()
+
+    for event in events:
+        if isinstance(event, TextDelta | ReasoningDelta):
+            if run and type(run[0]) is not type(event):
+                flush()
+            run.append(event)
+        else:
+            flush()
+            out.append(event)
+    flush()
+    return out
+
+
 # ---------------------------------------------------------------------------- errors
 
 ErrorKind = Literal[

@@ -44,6 +44,7 @@ from app.providers.base import (
     UsageEvent,
     UserMessage,
     cache_control,
+    coalesced,
 )
 from app.providers.errors import PhraseTable, classify_http_error, classify_stream_error, redact
 from app.providers.fragments import MessageFragments
@@ -347,22 +348,30 @@ class SSEDecoder:
         self._started = False
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        return [
+            SSEEvent(e.decode("utf-8", errors="replace")) if isinstance(e, bytes) else e
+            for e in self.feed_data(chunk)
+        ]
+
+    def feed_data(self, chunk: bytes) -> list[bytes | SSEEvent]:
+        """`feed`, with a plain event (no name, one `data:` line) as its data's bytes: the
+        caller hands them to orjson as they arrived, no text or event object made."""
         buffer = self._buffer + chunk if self._buffer else chunk
         if not self._started and len(buffer) >= len(_BOM):
             self._started = True
             buffer = buffer.removeprefix(_BOM)
         if b"\r" in buffer or not self._started or self._data or self._event is not None:
             self._buffer = buffer
-            return self._feed_lines()
+            return list(self._feed_lines())
         # The shape nearly every server sends: LF endings and one `data:` line per event.
         # Whole events are cut out at blank lines and only the rare other shapes go line
         # by line; per line, the general path cost more than parsing the chunk's JSON.
         blocks = buffer.split(b"\n\n")
         self._buffer = blocks.pop()
-        events: list[SSEEvent] = []
+        events: list[bytes | SSEEvent] = []
         for block in blocks:
             if block.startswith(b"data: ") and b"\n" not in block:
-                events.append(SSEEvent(block[6:].decode("utf-8", errors="replace")))
+                events.append(block[6:])
                 continue
             for line in block.split(b"\n"):
                 self._line(line.decode("utf-8", errors="replace"))
@@ -446,24 +455,27 @@ class ChatStreamState:
     _last_index: int | None = None
 
     def fold(self, chunk: dict[str, Any]) -> list[ProviderEvent]:
+        events: list[ProviderEvent] = []
+        self.fold_into(chunk, events)
+        return events
+
+    def fold_into(self, chunk: dict[str, Any], events: list[ProviderEvent]) -> None:
+        """`fold`, appending to `events`: one list per read, not two per chunk."""
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             # Some servers repeat a cumulative usage on every chunk; the last one is final.
             self.usage = usage
-        events: list[ProviderEvent] = []
         for choice in chunk.get("choices") or ():
             # Only the first choice is ours (n=1); a null index counts as the first.
             if not isinstance(choice, dict) or choice.get("index") not in (0, None):
                 continue
             delta = choice.get("delta")
             if isinstance(delta, dict):
-                events += self._fold_delta(delta)
+                self._fold_delta(delta, events)
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
-        return events
 
-    def _fold_delta(self, delta: dict[str, Any]) -> list[ProviderEvent]:
-        events: list[ProviderEvent] = []
+    def _fold_delta(self, delta: dict[str, Any], events: list[ProviderEvent]) -> None:
         # vLLM/DeepSeek/llama.cpp say `reasoning_content`, OpenRouter/Ollama say `reasoning`;
         # servers that send both send the same text, so only the first is taken.
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
@@ -477,7 +489,6 @@ class ChatStreamState:
                 event = self._fold_tool_call(call)
                 if event is not None:
                     events.append(event)
-        return events
 
     def _fold_tool_call(self, call: dict[str, Any]) -> ToolCallDelta | None:
         call_id = call.get("id") or None
@@ -702,16 +713,28 @@ class OpenAIChatProvider:
         state = ChatStreamState()
         async with aclosing(chunks):
             async for raw in chunks:
-                for sse in decoder.feed(raw):
-                    if self._is_done(sse):
-                        # Returning here, before the chunked body's end, made httpx drop
-                        # the connection: a new TCP (and TLS) handshake on every call.
-                        await _drain(chunks)
-                        for event in state.finish():
-                            yield event
-                        return
-                    for event in state.fold(self._parse(sse)):
+                events: list[ProviderEvent] = []
+                done = False
+                for sse in decoder.feed_data(raw):
+                    if type(sse) is bytes:  # a plain `data:` event, as it arrived
+                        if done := sse.strip() == b"[DONE]":
+                            break
+                        state.fold_into(self._parse_data(sse), events)
+                        continue
+                    assert isinstance(sse, SSEEvent)
+                    if done := self._is_done(sse):
+                        break
+                    state.fold_into(self._parse(sse), events)
+                # What arrived in one read goes on as it came, its text runs joined.
+                for event in coalesced(events):
+                    yield event
+                if done:
+                    # Returning here, before the chunked body's end, made httpx drop the
+                    # connection: a new TCP (and TLS) handshake on every call.
+                    await _drain(chunks)
+                    for event in state.finish():
                         yield event
+                    return
         for sse in decoder.close():
             if self._is_done(sse):
                 break
@@ -743,14 +766,29 @@ class OpenAIChatProvider:
 
     def _parse(self, sse: SSEEvent) -> dict[str, Any]:
         """One chunk as a dict; raises the classified error for in-stream error frames."""
+        if sse.event != "error":
+            return self._parse_data(sse.data)
         try:
-            chunk = orjson.loads(sse.data) if sse.data.strip() else {}
+            error = orjson.loads(sse.data) if sse.data.strip() else {}
         except ValueError:
             log.warning("skipping unparseable stream chunk (%d bytes)", len(sse.data))
             return {}
-        if sse.event == "error" or (isinstance(chunk, dict) and chunk.get("error")):
+        raise classify_stream_error(error, secret=self._api_key, phrases=PHRASES)
+
+    def _parse_data(self, data: bytes | str) -> dict[str, Any]:
+        """A plain event's data as a dict (`{}` for anything but an object); raises the
+        classified error for an in-stream error object."""
+        try:
+            chunk = orjson.loads(data)
+        except ValueError:
+            if data.strip():
+                log.warning("skipping unparseable stream chunk (%d bytes)", len(data))
+            return {}
+        if type(chunk) is not dict:
+            return {}
+        if chunk.get("error"):
             raise classify_stream_error(chunk, secret=self._api_key, phrases=PHRASES)
-        return chunk if isinstance(chunk, dict) else {}
+        return chunk
 
     @staticmethod
     async def _read_error_body(response: httpx.Response) -> str:
