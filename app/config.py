@@ -332,6 +332,10 @@ class Settings(BaseSettings):
     log_level: str = "info"
     log_format: Literal["text", "json"] = "text"
     """`json`: one JSON object per line with request, session and turn ids, never content."""
+    opentelemetry: bool = False
+    """FastAPI's OpenTelemetry spans, metrics and logs, for a process whose providers are
+    configured (e.g. run under `opentelemetry-instrument`). Off, it costs nothing: on, FastAPI
+    looks the providers up on every request even when none is configured."""
     drain_timeout_s: int = Field(default=30, ge=1, le=3600)
     """On SIGTERM, how long open requests may finish before they are cut: 30 s lets a tool
     turn mid-command finish rather than end `interrupted`. A supervisor's stop timeout

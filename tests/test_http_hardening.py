@@ -154,3 +154,40 @@ def test_the_subprocess_log_holds_no_key(sim: Simulator, tmp_path: Path) -> None
     log = server.log()
     assert "turn=" in log  # the per-turn line was written: the log is not simply empty
     assert key not in log
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+async def test_fastapi_telemetry_runs_only_when_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, enabled: bool
+) -> None:
+    """Off by default: FastAPI's OpenTelemetry hooks looked up the global providers on
+    every request (to find none configured)."""
+    from opentelemetry import trace
+
+    lookups: list[int] = []
+    real = trace.get_tracer_provider
+
+    def counted() -> trace.TracerProvider:
+        lookups.append(1)
+        return real()
+
+    monkeypatch.setattr(trace, "get_tracer_provider", counted)
+    monkeypatch.delenv("COURIER_CONFIG", raising=False)
+    key = "sk-courier-the-real-key-0123456789"
+    settings = load_settings(
+        api_key=key,
+        data_dir=tmp_path,
+        upstream_base_url="http://127.0.0.1:9",
+        opentelemetry=enabled,
+    )
+    app = create_app(settings)
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://courier.test") as client,
+    ):
+        before = len(lookups)
+        for _ in range(3):
+            resp = await client.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+            assert resp.status_code == 200
+    assert (len(lookups) > before) is enabled
