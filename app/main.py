@@ -53,6 +53,7 @@ from app.routes import (
 from app.routes import metrics as metrics_routes
 from app.routes import turns as turn_routes
 from app.routes.cors import CorsMiddleware
+from app.routes.direct import DirectApp
 from app.routes.head import HeadAsGet
 from app.routes.request_log import RequestLogMiddleware
 from app.security.approvals import ApprovalGate, ApprovalPolicy
@@ -249,7 +250,7 @@ TELEMETRY_OFF: TelemetryConfig = {
 
 
 def create_app(settings: Settings) -> FastAPI:
-    app = FastAPI(
+    app = DirectApp(
         title="Courier",
         lifespan=lifespan,
         docs_url=None,
@@ -267,9 +268,11 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(health.router)
     app.include_router(models.router)
     app.include_router(chat.router)
+    app.serve_directly(chat.router)
     app.include_router(sessions.router)
     app.include_router(turn_routes.router)
     app.include_router(responses.router)
+    app.serve_directly(responses.router)
     app.include_router(capabilities.router)
     app.include_router(openapi.router)
     app.include_router(metrics_routes.router)
