@@ -89,6 +89,8 @@ async def test_run_and_continue_by_previous_response_id(server: Server, sim: Sim
 
 async def test_streamed_run(server: Server, sim: Simulator) -> None:
     agent, config = _agent(server)
+    # Paced as a real model streams: chunks that arrive together reach the client together.
+    sim.configure(tokens_per_second=50)
     sim.script([{"reply": {"text": "streaming through the agents sdk"}}])
     run = Runner.run_streamed(agent, "stream please", run_config=config)
     deltas: list[str] = []

@@ -84,6 +84,7 @@ def test_create_non_stream_strict_and_spec_valid(claude: Server, sim: Simulator)
 
 
 def test_stream_event_sequence_is_spec_valid(claude: Server, sim: Simulator) -> None:
+    sim.configure(tokens_per_second=50)  # paced, so the deltas arrive apart
     sim.script([{"reply": {"text": "one two three four"}}])
     resp, events = stream_events(
         claude.base_url, {"model": "courier", "input": "count"}, claude.headers()
