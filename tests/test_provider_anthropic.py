@@ -68,6 +68,7 @@ def _body(sim: Simulator) -> dict[str, Any]:
 async def test_text_and_thinking_stream_with_sampling_in_the_body(
     sim: Simulator, provider: AnthropicProvider
 ) -> None:
+    sim.configure(tokens_per_second=50)  # paced, so the deltas arrive apart
     sim.script(
         [
             {

@@ -39,10 +39,11 @@ from app.providers.base import (
     UsageEvent,
     UserMessage,
     cache_control,
+    coalesced,
 )
 from app.providers.errors import PhraseTable, classify_http_error, classify_stream_error, redact
 from app.providers.fragments import MessageFragments
-from app.providers.messages_sse import MessagesEventDecoder
+from app.providers.messages_sse import Event, MessagesEventDecoder
 from app.providers.openai_chat import encode_body
 from app.providers.usage import usage_from_anthropic
 
@@ -496,10 +497,14 @@ class AnthropicProvider:
         except anthropic.AnthropicError as exc:
             raise map_sdk_error(exc, secret=self._api_key) from None
         state = MessagesStreamState()
+        decoder = MessagesEventDecoder()
         try:
-            async for event in self._events(response):
-                for out in state.fold(event):
+            async for chunk in response.aiter_bytes():
+                # What arrived in one read goes on as it came, its text runs joined.
+                for out in coalesced(self._fold(state, decoder.feed(chunk))):
                     yield out
+            for out in coalesced(self._fold(state, decoder.close())):
+                yield out
         except httpx2.HTTPError as exc:
             # Output may already be out; whatever cut the body mid-way, it is a dropped stream
             # (or, when the upstream merely went silent, a timeout).
@@ -511,17 +516,14 @@ class AnthropicProvider:
         for out in state.finish():
             yield out
 
-    async def _events(self, response: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
-        """The stream's events as dicts, read as the SDK's own stream reads them: `ping`
-        and unnamed events skipped, `event: error` raised with its body."""
-        decoder = MessagesEventDecoder()
-        async for chunk in response.aiter_bytes():
-            for name, data in decoder.feed(chunk):
-                if (event := self._event(name, data)) is not None:
-                    yield event
-        for name, data in decoder.close():
+    def _fold(self, state: MessagesStreamState, read: list[Event]) -> list[ProviderEvent]:
+        """One read's events folded, read as the SDK's own stream reads them: `ping` and
+        unnamed events skipped, `event: error` raised with its body."""
+        events: list[ProviderEvent] = []
+        for name, data in read:
             if (event := self._event(name, data)) is not None:
-                yield event
+                events += state.fold(event)
+        return events
 
     def _event(self, name: str | None, data: bytes | str) -> dict[str, Any] | None:
         if name is None or name == "ping":
