@@ -44,6 +44,42 @@ def test_text_frames_in_bytes_match_the_encoded_event(include_usage: bool) -> No
     assert again == ServerSentEvent(data=renderer.text_chunk("again")).encode()
 
 
+@pytest.mark.parametrize("model", ['a "model"\n', "gpt-4o", "é😀", "m" * 300, "2021"])
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_kept_frame_templates_match_the_rendered_models(model: str, include_usage: bool) -> None:
+    """Role and finish frames come from per-model templates cut around id and created;
+    the bytes must be those of rendering the models, for any model name and identity."""
+    from app.agent.events import TurnFinished
+    from app.providers.pricing import Cost
+    from app.providers.usage import Usage
+
+    for created in (0, 1_700_000_000, 2021):
+        renderer = CompletionRenderer(model, include_usage=include_usage)
+        renderer.created = created
+        assert renderer.role_chunk() == renderer._chunk(
+            [ChunkChoice(delta=Delta(role="assistant", content=""))]
+        )
+        for reason in ("stop", "length", "tool_calls", "content_filter"):
+            finished = TurnFinished("completed", reason, Usage(), Cost.zero(), 1)
+            slow = renderer._chunk([ChunkChoice(delta=Delta(), finish_reason=reason)])
+            assert renderer.finish_chunk(finished) == slow
+        for text in TRICKY[:3]:
+            assert renderer.text_chunk(text) == renderer._chunk(
+                [ChunkChoice(delta=Delta(content=text))]
+            )
+
+
+def test_templates_kept_are_bounded_and_long_model_names_are_not_kept() -> None:
+    from app.protocol import render
+
+    render._FRAMES.clear()
+    CompletionRenderer("m" * (render.TEMPLATED_MODEL_CHARS + 1)).role_chunk()
+    assert not render._FRAMES
+    for i in range(render._FRAMES_KEPT + 5):
+        CompletionRenderer(f"model-{i}").role_chunk()
+    assert 0 < len(render._FRAMES) <= render._FRAMES_KEPT
+
+
 def test_an_adopted_identity_renews_the_template() -> None:
     first = CompletionRenderer("m")
     first.text_chunk("warm the template")

@@ -116,6 +116,77 @@ def retry_headers(error: TurnError) -> dict[str, str]:
     return {"x-should-retry": "true", "Retry-After": str(min(after, 600))}
 
 
+def _render_chunk(
+    identity: tuple[str, int, str],
+    include_usage: bool,
+    choices: list[ChunkChoice],
+    usage: UsageOut | None = None,
+    *,
+    tool_calls: list[dict[str, Any]] | None = None,
+    courier: dict[str, Any] | None = None,
+) -> str:
+    """One `chat.completion.chunk` as JSON text; `identity` is (id, created, model)."""
+    completion_id, created, model = identity
+    chunk = ChatCompletionChunk(
+        id=completion_id, created=created, model=model, choices=choices, usage=usage
+    )
+    data = chunk.model_dump(mode="json", exclude={"choices"})
+    # A delta carries only what changed: a repeated `role` would be concatenated by the
+    # SDK's accumulator into "assistantassistant".
+    data["choices"] = [
+        {
+            "index": c.index,
+            "delta": c.delta.model_dump(exclude_none=True),
+            "finish_reason": c.finish_reason,
+        }
+        for c in choices
+    ]
+    if tool_calls is not None:
+        data["choices"][0]["delta"]["tool_calls"] = tool_calls
+    if not include_usage:
+        del data["usage"]
+    if courier is not None:
+        data["courier"] = courier
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+_ID_MARK = "chatcmpl-" + secrets.token_hex(12)
+"""Stands for a completion's id in a template: the shape of one, never one."""
+_CREATED_MARK = 4_102_444_800_321
+"""Stands for its `created`: no frame is stamped this far in the future."""
+TEMPLATED_MODEL_CHARS = 256
+"""Model names up to this long get kept templates; a longer one (a client may send any
+string) is rendered per frame rather than kept."""
+_FRAMES: dict[tuple[str, bool, str], tuple[str, str, str]] = {}
+_FRAMES_KEPT = 1024
+
+
+def _frame_template(model: str, include_usage: bool, kind: str) -> tuple[str, str, str]:
+    """A frame of this `kind` ("role", "text", or a finish reason) rendered once per model,
+    cut around its id and created: (before the id, between them, after created). Every
+    stream's role, text and finish frames come from these; building, dumping and encoding
+    the models for each cost about 7 % of the event loop's work per request."""
+    key = (model, include_usage, kind)
+    found = _FRAMES.get(key)
+    if found is not None:
+        return found
+    if kind == "role":
+        choice = ChunkChoice(delta=Delta(role="assistant", content=""))
+    elif kind == "text":
+        choice = ChunkChoice(delta=Delta(content=_SENTINEL))
+    else:
+        choice = ChunkChoice(delta=Delta(), finish_reason=kind)
+    whole = _render_chunk((_ID_MARK, _CREATED_MARK, model), include_usage, [choice])
+    before, _, rest = whole.partition(_ID_MARK)
+    between, _, after = rest.partition(str(_CREATED_MARK))
+    template = (before, between, after)
+    if len(model) <= TEMPLATED_MODEL_CHARS:
+        if len(_FRAMES) >= _FRAMES_KEPT:
+            _FRAMES.clear()  # a client cycling through model names: start over
+        _FRAMES[key] = template
+    return template
+
+
 class CompletionRenderer:
     """One completion's identity: the same id, created and model on every chunk."""
 
@@ -167,30 +238,21 @@ class CompletionRenderer:
         tool_calls: list[dict[str, Any]] | None = None,
         courier: dict[str, Any] | None = None,
     ) -> str:
-        chunk = ChatCompletionChunk(
-            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
+        return _render_chunk(
+            (self.id, self.created, self.model),
+            self.include_usage,
+            choices,
+            usage,
+            tool_calls=tool_calls,
+            courier=courier,
         )
-        data = chunk.model_dump(mode="json", exclude={"choices"})
-        # A delta carries only what changed: a repeated `role` would be concatenated by
-        # the SDK's accumulator into "assistantassistant".
-        data["choices"] = [
-            {
-                "index": c.index,
-                "delta": c.delta.model_dump(exclude_none=True),
-                "finish_reason": c.finish_reason,
-            }
-            for c in choices
-        ]
-        if tool_calls is not None:
-            data["choices"][0]["delta"]["tool_calls"] = tool_calls
-        if not self.include_usage:
-            del data["usage"]
-        if courier is not None:
-            data["courier"] = courier
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+    def _templated(self, kind: str) -> str:
+        before, between, after = _frame_template(self.model, self.include_usage, kind)
+        return f"{before}{self.id}{between}{self.created}{after}"
 
     def role_chunk(self) -> str:
-        return self._chunk([ChunkChoice(delta=Delta(role="assistant", content=""))])
+        return self._templated("role")
 
     def text_chunk(self, text: str) -> str:
         # Most frames of a stream are this one; building, dumping and re-encoding a model
@@ -201,8 +263,7 @@ class CompletionRenderer:
 
     def _text_template(self) -> tuple[str, str]:
         if self._text_frame is None:
-            whole = self._chunk([ChunkChoice(delta=Delta(content=_SENTINEL))])
-            head, _, tail = whole.partition(json.dumps(_SENTINEL))
+            head, _, tail = self._templated("text").partition(json.dumps(_SENTINEL))
             self._text_frame = (head, tail)
         return self._text_frame
 
@@ -244,7 +305,7 @@ class CompletionRenderer:
         return self._chunk([ChunkChoice(delta=Delta())], courier=payload)
 
     def finish_chunk(self, finished: TurnFinished) -> str:
-        return self._chunk([ChunkChoice(delta=Delta(), finish_reason=finished.finish_reason)])
+        return self._templated(finished.finish_reason)
 
     def usage_chunk(self, finished: TurnFinished) -> str:
         return self._chunk([], usage=usage_out(finished))
