@@ -161,3 +161,34 @@ def test_a_loader_style_session_row_is_whole_in_a_fresh_process() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["s", "3"]
+
+
+async def test_keepalives_come_only_while_nothing_is_sent() -> None:
+    """One timer per stream: a keepalive when `keepalive_s` pass with nothing sent, none
+    while frames flow faster than that."""
+    import asyncio
+
+    from app.agent.events import TurnFinished, TurnText
+    from app.providers.pricing import Cost
+    from app.providers.usage import Usage
+    from app.routes.completion_output import sse_frames
+
+    handle = TurnHandle("turn_k", "sess_k")
+    frames = sse_frames(handle, CompletionRenderer("m"), 0.3)
+    first = await frames.__anext__()  # nothing published: the role chunk and a keepalive
+    assert b'"role":"assistant"' in first and first.endswith(b": keepalive\r\n\r\n")
+    assert await frames.__anext__() == b": keepalive\r\n\r\n"
+    got: list[bytes] = []
+
+    async def publish() -> None:
+        for i in range(12):  # a frame every 10 ms for 120 ms: never 300 ms of silence
+            handle.publish(TurnText(f"w{i} "))
+            await asyncio.sleep(0.01)
+        handle.publish(TurnFinished("completed", "stop", Usage(), Cost.zero(), 1))
+
+    publisher = asyncio.create_task(publish())
+    async for frame in frames:
+        got.append(frame)
+    await publisher
+    assert not any(b"keepalive" in frame for frame in got)
+    assert b"[DONE]" in got[-1]

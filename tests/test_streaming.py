@@ -125,8 +125,8 @@ def test_keepalive_and_immediate_headers(slow_server: Server, sim: Simulator) ->
     sim.script([{"fault": {"delay_ms": 1500}, "reply": {"text": "late"}}])
     _, lines = _stream_lines(slow_server, BODY)
     meaningful = [line for line in lines if line]
-    # Headers and the role chunk go out before the upstream has said anything: a
-    # keepalive (sent while the upstream is silent) follows the role chunk.
+    # The headers go out before the upstream has said anything, and the role chunk with
+    # the first keepalive (sent while the upstream is silent).
     assert '"role":"assistant"' in meaningful[0]
     assert meaningful[1] == ": keepalive"
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in _chunks(lines)) == "late"
