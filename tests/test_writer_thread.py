@@ -120,3 +120,54 @@ def test_the_store_opens_turns_ahead_of_queued_closings(tmp_path: Path) -> None:
     asyncio.run(main())
     store.close()
     assert ran == ["opening", "closing"]
+
+
+async def test_units_for_the_loop_keep_the_lanes_and_report_back() -> None:
+    writer = WriterThread("test-writer")
+    ran: list[str] = []
+    release = _blocked(writer)
+    closing = writer.run_async(lambda: ran.append("close") or "closed")
+    opening = writer.run_async(lambda: ran.append("open") or "opened", first=True)
+
+    def fail() -> None:
+        raise ValueError("refused")
+
+    failing = writer.run_async(fail)
+    release.set()
+    assert await opening == "opened" and await closing == "closed"
+    with pytest.raises(ValueError, match="refused"):
+        await failing
+    writer.shutdown()
+    assert ran == ["open", "close"]
+
+
+async def test_a_unit_cancelled_before_it_starts_never_runs() -> None:
+    writer = WriterThread("test-writer")
+    ran: list[str] = []
+    release = _blocked(writer)
+    dropped = writer.run_async(lambda: ran.append("dropped"))
+    kept = writer.run_async(lambda: ran.append("kept"))
+    dropped.cancel()
+    release.set()
+    await kept
+    writer.shutdown()
+    assert ran == ["kept"]
+
+
+async def test_a_unit_cancelled_while_it_runs_still_finishes_and_is_not_reported() -> None:
+    writer = WriterThread("test-writer")
+    started, release, ran = threading.Event(), threading.Event(), []
+
+    def slow() -> str:
+        started.set()
+        release.wait(10)
+        ran.append("slow")
+        return "done"
+
+    running = writer.run_async(slow)
+    await asyncio.to_thread(started.wait, 10)
+    running.cancel()
+    release.set()
+    await writer.run_async(lambda: None)  # after the slow one, in order
+    writer.shutdown()
+    assert ran == ["slow"] and running.cancelled()

@@ -337,10 +337,9 @@ class Store:
         and they commit in the order they were submitted, except that `first` (a turn's
         opening, on its request's way to the first token) goes ahead of the ordinary units
         still waiting (app/db/writer.py)."""
-        run = partial(contextvars.copy_context().run, work)
-        if not first:
-            return await asyncio.get_running_loop().run_in_executor(self._writer, run)
-        return await asyncio.wrap_future(self._writer.submit_first(run))
+        return await self._writer.run_async(
+            partial(contextvars.copy_context().run, work), first=first
+        )
 
     def commit_off_loop(self, work: Callable[[], T]) -> asyncio.Future[T]:
         """`work` (synchronous store writes) as one unit on the writer thread, with the
@@ -353,8 +352,7 @@ class Store:
             with self.unit(carry=carry):
                 return work()
 
-        loop = asyncio.get_running_loop()
-        return loop.run_in_executor(self._writer, contextvars.copy_context().run, unit)
+        return self._writer.run_async(partial(contextvars.copy_context().run, unit))
 
     def detach_deferred(self) -> Carried:
         """Take the deferred writes off the event loop's queue, for a `unit(carry=...)` on
