@@ -11,6 +11,7 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -41,10 +42,11 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
-def start_simulator(port: int) -> subprocess.Popen[bytes]:
-    """`python -m app.simulator` on `port`; call `wait_http` on its `/v1/models` before use."""
+def start_simulator(port: int, *, prefix: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """`python -m app.simulator` on `port`; call `wait_http` on its `/v1/models` before use.
+    `prefix` runs the interpreter under another program (benchmarks/instructions.py)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "app.simulator", "--port", str(port)],
+        [*prefix, sys.executable, "-m", "app.simulator", "--port", str(port)],
         cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -57,18 +59,20 @@ def start_server(
     inherit_courier_env: bool = True,
     log: Path | None = None,
     argv: tuple[str, ...] = ("-m", "app.cli", "serve"),
+    prefix: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """`python -m app.cli serve` with `env` over this process's environment.
 
     `inherit_courier_env=False` drops any `COURIER_*` variable of the caller's shell, so a
     stray `COURIER_CONFIG` or strategy cannot skew a measurement. `log` receives the
     server's stdout and stderr (otherwise discarded). `argv` replaces the command after
-    the interpreter (a benchmark's own entry point that patches the server first).
+    the interpreter (a benchmark's own entry point that patches the server first);
+    `prefix` runs the interpreter under another program (benchmarks/instructions.py).
     """
     base = {
         k: v for k, v in os.environ.items() if inherit_courier_env or not k.startswith("COURIER_")
     }
-    command = [sys.executable, *argv]
+    command = [*prefix, sys.executable, *argv]
     if log is None:
         return subprocess.Popen(
             command,

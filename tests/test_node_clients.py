@@ -62,6 +62,7 @@ def test_vercel_generate_text(server: Server, sim: Simulator) -> None:
 
 
 def test_vercel_stream_text(server: Server, sim: Simulator) -> None:
+    sim.configure(tokens_per_second=50)  # paced, so the deltas arrive apart
     sim.script([{"reply": {"text": "streamed to the vercel sdk"}}])
     out = _run(server, "stream")
     assert out["text"] == "streamed to the vercel sdk" == "".join(out["deltas"])
