@@ -482,23 +482,22 @@ async def _upstream(paced: bool) -> AsyncIterator[str]:
         server.close()
 
 
-async def test_chunks_that_arrive_together_reach_the_turn_as_one_delta_each_kind() -> None:
-    async with _upstream(paced=False) as base_url:
+async def _streamed(*, paced: bool) -> list[ProviderEvent]:
+    async with _upstream(paced=paced) as base_url:
         adapter = OpenAIChatProvider(base_url, KEY)
         try:
-            events = [event async for event in adapter.stream(_request())]
+            return [event async for event in adapter.stream(_request())]
         finally:
             await adapter.aclose()
+
+
+async def test_chunks_that_arrive_together_reach_the_turn_as_one_delta_each_kind() -> None:
+    events = await _streamed(paced=False)
     assert events == [ReasoningDelta("think hard "), TextDelta("".join(WORDS)), Finish("stop")]
 
 
 async def test_chunks_that_arrive_apart_are_not_held_back() -> None:
-    async with _upstream(paced=True) as base_url:
-        adapter = OpenAIChatProvider(base_url, KEY)
-        try:
-            events = [event async for event in adapter.stream(_request())]
-        finally:
-            await adapter.aclose()
+    events = await _streamed(paced=True)
     texts = [event.text for event in events if isinstance(event, TextDelta)]
     assert "".join(texts) == "".join(WORDS)
     assert len(texts) > 1  # each read on its own (a stalled loop may still join a few)
