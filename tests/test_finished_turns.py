@@ -237,3 +237,38 @@ def test_a_turn_the_maps_forgot_leaves_the_account(tmp_path: Path) -> None:
     _closed(turns, "s-2", "hello")
     assert len(turns.kept) == 1
     assert turns.kept.bytes < charged
+
+
+async def test_a_finished_turn_keeps_its_outcome_not_its_task(tmp_path: Path) -> None:
+    """Once a turn's task is done, a plain future with its outcome takes the task's place:
+    waiting on it, stopping it or reattaching to it behaves as before, without the task's
+    coroutine and context kept for every finished turn."""
+    import asyncio
+
+    turns = _manager(tmp_path)
+
+    async def answer(_handle: TurnHandle) -> TurnFinished:
+        return FINISHED
+
+    async def hang(_handle: TurnHandle) -> TurnFinished:
+        await asyncio.sleep(30)
+        raise AssertionError("not reached")
+
+    done = turns.start_task("sess_a", answer, profile="p")
+    task = done.task
+    assert isinstance(task, asyncio.Task)
+    assert await done.wait() is FINISHED
+    await asyncio.sleep(0)  # the done callback runs on the next loop turn
+    assert not isinstance(done.task, asyncio.Task) and done.task is not None
+    assert done.task.result() is FINISHED and await done.wait() is FINISHED
+    done.cancel()  # a finished turn: nothing to stop
+    assert done.task.result() is FINISHED
+
+    stopped = turns.start_task("sess_b", hang, profile="p")
+    await asyncio.sleep(0)
+    stopped.cancel()
+    assert stopped.task is not None
+    await asyncio.wait({stopped.task})
+    await asyncio.sleep(0)
+    assert not isinstance(stopped.task, asyncio.Task) and stopped.task.cancelled()
+    turns.store.close()

@@ -75,7 +75,9 @@ class TurnHandle:
         """The events so far; once the turn has ended, sealed (see `SealedHistory`). One
         attribute, read once per access: the writer thread reads it while the loop seals."""
         self._queues: list[asyncio.Queue[TurnEvent]] = []
-        self.task: asyncio.Task[TurnFinished] | None = None
+        self.task: asyncio.Future[TurnFinished] | None = None
+        """The turn's task while it runs; once it has ended, a plain future with its outcome
+        (see `settled`)."""
         self.idempotency: tuple[str, str] | None = None
         """(owner, key) when the client sent an Idempotency-Key; set by the manager."""
         self.twin_key: tuple[str, str] | None = None
@@ -97,6 +99,20 @@ class TurnHandle:
         records the turn there); for a turn without one (a relay), as it closes."""
         self.mailbox = Mailbox()
         """Steering messages for the running turn; the turn's context shares it."""
+
+    def settled(self, task: asyncio.Future[TurnFinished]) -> None:
+        """The task is done: a plain future with its outcome takes its place. A finished
+        task keeps its coroutine and its context, about 2 KB and six objects the collector
+        walks, for every finished turn kept for replays. (A task that raised keeps its own
+        place: its exception is reported when it goes.)"""
+        if self.task is not task or (not task.cancelled() and task.exception() is not None):
+            return
+        done: asyncio.Future[TurnFinished] = task.get_loop().create_future()
+        if task.cancelled():
+            done.cancel()
+        else:
+            done.set_result(task.result())
+        self.task = done
 
     def steer(self, text: str) -> asyncio.Future[None]:
         """Queue a user message for the running turn; the future resolves once it is stored."""
@@ -303,9 +319,10 @@ class TurnManager:
         records its end (a task cancelled before its first step would skip its close)."""
         handle.session_id = ctx.session_id
         handle.mailbox = ctx.mailbox
-        handle.task = asyncio.create_task(
+        handle.task = task = asyncio.create_task(
             self._run(ctx, handle, on_finish, cancelled=cancelled), name=handle.turn_id
         )
+        task.add_done_callback(handle.settled)
         self._track(handle)
         return handle
 
@@ -334,7 +351,8 @@ class TurnManager:
                 self.metrics.turns.labels(profile, reason).inc()
                 self._close(handle, finished)
 
-        handle.task = asyncio.create_task(body(), name=turn_id)
+        handle.task = task = asyncio.create_task(body(), name=turn_id)
+        task.add_done_callback(handle.settled)
         self._track(handle)
         return handle
 

@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.security.auth import Principal
 
@@ -40,14 +41,14 @@ class TurnSlot:
             self.released = True
             self.limits._release(self.principal)
 
-    def bind(self, task: asyncio.Task[object] | None) -> None:
+    def bind(self, task: asyncio.Future[Any] | None) -> None:
         """Hold the slot until `task` ends; a reattached turn (already counted) frees it."""
         if task is None or task.done() or task in self.limits._tasks:
             self.release()
             return
         self.limits._tasks.add(task)
 
-        def done(finished: asyncio.Task[object]) -> None:
+        def done(finished: asyncio.Future[Any]) -> None:
             self.limits._tasks.discard(finished)
             self.release()
 
@@ -61,7 +62,7 @@ class Limits:
     _requests: dict[str, deque[float]] = field(default_factory=dict)
     _turns: dict[str, int] = field(default_factory=dict)
     _total: int = 0
-    _tasks: set[asyncio.Task[object]] = field(default_factory=set)
+    _tasks: set[asyncio.Future[Any]] = field(default_factory=set)
 
     def check_rate(self, principal: Principal) -> None:
         """Count this request against the principal's per-minute budget, or refuse it."""
