@@ -140,17 +140,17 @@ class OperatorStore:
         """Index the newest messages first (app/db/search_index.py): the one write here, a
         transaction of a moment that the server's writes wait out like each other's. On a
         database this process may not write, the search finds what is indexed already."""
-        try:
-            with (
-                contextlib.closing(
-                    sqlite3.connect(f"file:{self._path}?mode=rw", uri=True, timeout=5)
-                ) as db,
-                db,
-            ):
-                db.execute(search_index.INDEX_PENDING.sql)
-                db.execute(search_index.CLEAR_PENDING.sql)
-        except sqlite3.OperationalError:
-            pass  # read-only here (a mount, another user's file), or busy past the timeout
+        # Refused when this process may not write (a read-only mount, another user's
+        # file) or the server held the lock past the timeout: the search goes on.
+        with (
+            contextlib.suppress(sqlite3.OperationalError),
+            contextlib.closing(
+                sqlite3.connect(f"file:{self._path}?mode=rw", uri=True, timeout=5)
+            ) as db,
+            db,
+        ):
+            db.execute(search_index.INDEX_PENDING.sql)
+            db.execute(search_index.CLEAR_PENDING.sql)
 
     def search(self, query: str, *, limit: int = 20) -> list[dict[str, Any]]:
         """Full-text matches across sessions (live and archived rows; retracted ones are not
