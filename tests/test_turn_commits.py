@@ -31,11 +31,20 @@ index's batches (one commit a second for all turns) are off: counted per turn, o
 land in any turn's figures."""
 
 
+FIRST_TURN: dict[str, int] = {}
+"""What the server process's first turn cost (commits, statements), taken by `counted`."""
+
+
 @pytest.fixture(scope="module")
 def counted(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     data_dir: Path = tmp_path_factory.mktemp("commits")
     env = sim_env(simulator.base_url, **PRODUCTION)
     srv = Server(data_dir=data_dir, env=env).start()
+    # The process's first session of a tool set stores the set, once (app/db/tool_sets.py):
+    # taken here, no counted turn's figures depend on which test runs first.
+    simulator.reset()
+    simulator.script([{"reply": {"text": "first"}}])
+    _, FIRST_TURN["commits"], FIRST_TURN["statements"] = _turn(srv, stream=True)
     yield srv
     srv.stop()
 
@@ -99,6 +108,16 @@ def test_a_text_turn_commits_twice(counted: Server, sim: Simulator, stream: bool
         # read of it on the event loop and the roll-up's read of the cost made this 16.
         assert statements <= 14, statements
     sim.assert_script_done()
+
+
+def test_the_first_session_of_a_tool_set_stores_the_set_in_its_opening(
+    counted: Server, sim: Simulator
+) -> None:
+    sim.script([{"reply": {"text": "second"}}])
+    _, commits, statements = _turn(counted, stream=True)
+    # The same two commits; the set's insert is one statement more, the first time only.
+    assert FIRST_TURN["commits"] == commits == 2
+    assert FIRST_TURN["statements"] == statements + 1, (FIRST_TURN, statements)
 
 
 def test_a_tool_turn_adds_only_intent_and_result_commits(counted: Server, sim: Simulator) -> None:

@@ -16,6 +16,7 @@ import app.db.tool_models  # noqa: F401  (registers the tools' tables too)
 from app.db import (
     models,  # noqa: F401  (registers the tables on SQLModel.metadata)
     search_index,
+    tool_sets,  # noqa: F401  (its table, and the load event resolving session snapshots)
 )
 
 MMAP_BYTES = 256 * 1024 * 1024

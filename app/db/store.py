@@ -39,7 +39,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, func, select
 
-from app.db import search_index
+from app.db import search_index, tool_sets
 from app.db.engine import make_engine
 from app.db.leased_rows import LeasedRows
 from app.db.models import ApiCallRow, MessageRow, SessionRow, TurnRow
@@ -236,11 +236,13 @@ def _stored(row: MessageRow) -> StoredMessage:
     )
 
 
-def _session_from(found: Sequence[Any]) -> SessionRow:
-    """A session row from a statement that selected (or returned) every column in order."""
+def _session_from(conn: Connection, found: Sequence[Any]) -> SessionRow:
+    """A session row from a statement that selected (or returned) every column in order,
+    its tool snapshot resolved (app/db/tool_sets.py)."""
     values = dict(zip(SESSION_COLUMNS, found, strict=True))
     for flag in SESSION_FLAGS:
         values[flag] = bool(values[flag])
+    values["tool_snapshot"] = tool_sets.resolve(conn, values["tool_snapshot"])
     return session_row(values)
 
 
@@ -272,6 +274,7 @@ def _on_event_loop() -> bool:
 class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        tool_sets.preload(engine)
         self._unit = threading.local()
         self._deferred: list[tuple[str, Deferred]] = []
         """(session id, write) pairs waiting for a transaction; event-loop thread only."""
@@ -704,7 +707,9 @@ class Store:
         self._forget_live(session_id)
         row = session_row(values)
         with self._write() as conn:
-            INSERT_SESSION.run(conn, values)
+            INSERT_SESSION.run(
+                conn, values | {"tool_snapshot": self._tool_set(conn, tool_snapshot)}
+            )
             if lease:
                 # Created leased in this unit: the unit's later writes need no fence, which
                 # would only rewrite the `updated_at` just inserted (a statement per turn).
@@ -723,21 +728,30 @@ class Store:
         """Replace the tool snapshot and mark the next request as a deliberate cache break."""
         with self._tx() as db:
             self._fenced(db, session_id=session_id, lease=lease)
-            db.connection().execute(
+            conn = db.connection()
+            conn.execute(
                 text(
                     "UPDATE session SET tool_snapshot = :snap, pending_cache_break = :reason "
                     "WHERE id = :sid"
                 ),
-                {"snap": snapshot, "reason": reason, "sid": session_id},
+                {"snap": self._tool_set(conn, snapshot), "reason": reason, "sid": session_id},
             )
         self._rows.set(session_id, tool_snapshot=snapshot, pending_cache_break=reason)
+
+    def _tool_set(self, conn: Connection, snapshot: str) -> str:
+        """What a session row stores for `snapshot`, its set stored with the transaction."""
+        stored, added = tool_sets.store_reference(conn, snapshot)
+        if added:
+            self._after_commit(partial(tool_sets.committed, self.engine, stored))
+        return stored
 
     def get_session(self, *, session_id: str) -> SessionRow | None:
         with self._reader() as conn:
             found = GET_SESSION.run(conn, {"sid": session_id}).fetchone()
-        if found is None:
-            return None
-        return self._with_deferred(_session_from(found))
+            if found is None:
+                return None
+            row = _session_from(conn, found)
+        return self._with_deferred(row)
 
     def leased_row(self, *, session_id: str) -> SessionRow | None:
         """The session's row as `get_session` would read it now, for the turn holding its
@@ -777,7 +791,7 @@ class Store:
             if found is None:
                 return False
             self._fence_proved(session_id, lease, 1)
-            self._rows.keep(_session_from(found))
+            self._rows.keep(_session_from(conn, found))
             return True
 
     def renew_lease(self, *, session_id: str, lease: str, ttl_s: float) -> bool:
