@@ -1,5 +1,12 @@
 # Two commands on a fresh machine: `make demo` and `make test`.
-PY ?= python3.11
+# The venv's interpreter: Debian's own CPython 3.11 where the machine has it with its venv
+# module, the build the container image runs (Dockerfile); else python3.11 from PATH. A
+# build from source such as pyenv's lacks profile-guided and link-time optimisation and
+# costs Courier about a tenth more CPU per request (benchmarks/interpreter.py).
+# `make PY=/path/to/python3.11` picks another.
+PY ?= $(shell for p in /usr/bin/python3.11 python3.11; do \
+	"$$p" -c 'import ensurepip, venv' >/dev/null 2>&1 && { echo "$$p"; exit 0; }; \
+	done; echo python3.11)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed

@@ -42,11 +42,14 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
-def start_simulator(port: int, *, prefix: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+def start_simulator(
+    port: int, *, prefix: Sequence[str] = (), python: str = sys.executable
+) -> subprocess.Popen[bytes]:
     """`python -m app.simulator` on `port`; call `wait_http` on its `/v1/models` before use.
-    `prefix` runs the interpreter under another program (benchmarks/instructions.py)."""
+    `prefix` runs the interpreter under another program (benchmarks/instructions.py);
+    `python` is another interpreter with the dependencies (benchmarks/interpreter.py)."""
     return subprocess.Popen(
-        [*prefix, sys.executable, "-m", "app.simulator", "--port", str(port)],
+        [*prefix, python, "-m", "app.simulator", "--port", str(port)],
         cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -60,6 +63,7 @@ def start_server(
     log: Path | None = None,
     argv: tuple[str, ...] = ("-m", "app.cli", "serve"),
     prefix: Sequence[str] = (),
+    python: str = sys.executable,
 ) -> subprocess.Popen[bytes]:
     """`python -m app.cli serve` with `env` over this process's environment.
 
@@ -67,12 +71,13 @@ def start_server(
     stray `COURIER_CONFIG` or strategy cannot skew a measurement. `log` receives the
     server's stdout and stderr (otherwise discarded). `argv` replaces the command after
     the interpreter (a benchmark's own entry point that patches the server first);
-    `prefix` runs the interpreter under another program (benchmarks/instructions.py).
+    `prefix` runs the interpreter under another program (benchmarks/instructions.py);
+    `python` is another interpreter with the dependencies (benchmarks/interpreter.py).
     """
     base = {
         k: v for k, v in os.environ.items() if inherit_courier_env or not k.startswith("COURIER_")
     }
-    command = [*prefix, sys.executable, *argv]
+    command = [*prefix, python, *argv]
     if log is None:
         return subprocess.Popen(
             command,

@@ -116,11 +116,12 @@ class Rig:
         prefix: tuple[str, ...] = (),
         sim_prefix: tuple[str, ...] = (),
         wait_s: float = 30.0,
+        python: str = sys.executable,
     ) -> None:
         self.sim_port, self.port = free_port(), free_port()
         self.key, self.metrics_key = bench_key(), bench_key()
         self.data = tempfile.mkdtemp(prefix="courier-bench-")
-        self.sim = start_simulator(self.sim_port, prefix=sim_prefix)
+        self.sim = start_simulator(self.sim_port, prefix=sim_prefix, python=python)
         env = {
             "COURIER_API_KEY": self.key,
             "COURIER_METRICS_API_KEY": self.metrics_key,
@@ -132,7 +133,9 @@ class Rig:
             "COURIER_LOG_LEVEL": "warning",
             **(extra_env or {}),
         }
-        self.server = start_server(env, inherit_courier_env=False, argv=argv, prefix=prefix)
+        self.server = start_server(
+            env, inherit_courier_env=False, argv=argv, prefix=prefix, python=python
+        )
         wait_http(f"http://127.0.0.1:{self.sim_port}/v1/models", wait_s)
         wait_http(f"http://127.0.0.1:{self.port}/health", wait_s)
         self.control = httpx.Client(base_url=f"http://127.0.0.1:{self.sim_port}", timeout=30)
