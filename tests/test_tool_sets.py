@@ -40,6 +40,13 @@ def _create(store: Store, session_id: str, specs: str = SPECS, lease: str | None
     )
 
 
+def _read(store: Store, session_id: str) -> str:
+    """The snapshot a read of the session hands out."""
+    row = store.get_session(session_id=session_id)
+    assert row is not None
+    return row.tool_snapshot
+
+
 def _raw(store: Store, sql: str, *args: object) -> list[tuple[object, ...]]:
     con = sqlite3.connect(store.engine.url.database or "")
     try:
@@ -55,9 +62,7 @@ def test_sessions_share_one_stored_set_and_every_read_hands_out_the_json(store: 
     reference = tool_sets.reference_for(SPECS)
     assert reference.startswith("sha256:") and stored == [("s1", reference), ("s2", reference)]
     assert _raw(store, "SELECT digest, specs FROM tool_set") == [(reference, SPECS)]
-    for sid in ("s1", "s2"):
-        row = store.get_session(session_id=sid)
-        assert row is not None and row.tool_snapshot == SPECS
+    assert _read(store, "s1") == _read(store, "s2") == SPECS
     kept = store.leased_row(session_id="s2")
     assert kept is not None and kept.tool_snapshot == SPECS
     assert store.acquire_lease(session_id="s1", lease="L1", ttl_s=60)
@@ -88,9 +93,7 @@ def test_rows_written_before_and_short_sets_hold_the_json_itself(store: Store) -
     with store.engine.begin() as conn:
         conn.execute(text("UPDATE session SET tool_snapshot = :s WHERE id = 's2'"), {"s": SPECS})
     assert _raw(store, "SELECT tool_snapshot FROM session WHERE id = 's1'") == [("[]",)]
-    for sid, specs in (("s1", "[]"), ("s2", SPECS)):
-        row = store.get_session(session_id=sid)
-        assert row is not None and row.tool_snapshot == specs
+    assert (_read(store, "s1"), _read(store, "s2")) == ("[]", SPECS)
 
 
 def test_a_rebuilt_snapshot_is_stored_by_reference_too(store: Store) -> None:
@@ -98,8 +101,7 @@ def test_a_rebuilt_snapshot_is_stored_by_reference_too(store: Store) -> None:
     store.set_tool_snapshot(session_id="s1", lease="L", snapshot=SPECS, reason="tools")
     assert _raw(store, "SELECT tool_snapshot FROM session") == [(tool_sets.reference_for(SPECS),)]
     assert _raw(store, "SELECT count(*) FROM tool_set") == [(1,)]
-    row = store.get_session(session_id="s1")
-    assert row is not None and row.tool_snapshot == SPECS
+    assert _read(store, "s1") == SPECS
 
 
 def test_a_set_whose_transaction_rolled_back_is_stored_again(store: Store) -> None:
@@ -110,8 +112,7 @@ def test_a_set_whose_transaction_rolled_back_is_stored_again(store: Store) -> No
     assert _raw(store, "SELECT count(*) FROM tool_set") == [(0,)]
     _create(store, "s2")
     assert _raw(store, "SELECT count(*) FROM tool_set") == [(1,)]
-    row = store.get_session(session_id="s2")
-    assert row is not None and row.tool_snapshot == SPECS
+    assert _read(store, "s2") == SPECS
 
 
 def test_a_reference_to_a_set_the_database_lacks_is_an_error_not_an_empty_toolbox(
@@ -122,7 +123,7 @@ def test_a_reference_to_a_set_the_database_lacks_is_an_error_not_an_empty_toolbo
         conn.execute(text("DELETE FROM tool_set"))
     tool_sets._memo.clear()
     with pytest.raises(tool_sets.MissingToolSet):
-        store.get_session(session_id="s1")
+        _read(store, "s1")
 
 
 def test_session_rows_fit_their_pages(store: Store) -> None:
@@ -146,8 +147,7 @@ def test_a_restarted_store_resolves_its_sets_without_reading_them_per_session(
     again = Store.open(tmp_path / "c.db")
     statements: list[int] = []
     count_statements(again.engine, lambda: statements.append(1))
-    row = again.get_session(session_id="s1")
-    assert row is not None and row.tool_snapshot == SPECS
+    assert _read(again, "s1") == SPECS
     _create(again, "s2")
     # The session's read and the new session's insert: the set was neither read nor stored.
     assert len(statements) == 2
