@@ -17,6 +17,7 @@ needs no invalidation.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -79,8 +80,10 @@ def _remember(reference: str, specs: str) -> None:
             _memo.popitem(last=False)
 
 
+@functools.lru_cache(maxsize=MEMO_LIMIT)
 def reference_for(specs: str) -> str:
-    """What a session row stores for `specs`: the reference, or the JSON when shorter."""
+    """What a session row stores for `specs`: the reference, or the JSON when shorter.
+    Memoised: every new session hashed the same 6 KB again (its string's hash is kept)."""
     if len(specs) <= _REFERENCE_LEN:
         return specs
     return PREFIX + hashlib.sha256(specs.encode()).hexdigest()
