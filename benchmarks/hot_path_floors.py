@@ -6,7 +6,7 @@ one streamed request of 40 chunks (and per chunk, from 400-chunk replies), CPU o
 
 * Courier's own server per new-session request: the reference every ratio is against,
   and the same server with `COURIER_UPSTREAM_TRANSPORT=httpx` (httpx's own transport);
-* servers (subprocesses; CPU read from /proc like benchmarks/hot_path.py):
+* servers (subprocesses; CPU read from the process CPU clock as in benchmarks/hot_path.py):
   `raw`, a bare uvicorn + httptools + uvloop raw ASGI app streaming pre-rendered SSE
   frames, one send per frame (the floor of the server stack itself); `fastapi-bare`, the
   same stream as a FastAPI route with an async dependency and Courier's

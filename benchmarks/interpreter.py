@@ -6,8 +6,9 @@ is compiled with profile-guided optimisation and link-time optimisation, a sourc
 such as pyenv's is not unless asked. This prints what that choice is worth for Courier:
 the real server (and its simulator) on this venv's interpreter and on `--other`, both
 running at once, requests alternating between them so the machine's drift hits both
-alike, CPU read from /proc like benchmarks/hot_path.py. The simulator's own CPU on each
-interpreter is printed too: the same comparison on code that is not Courier's.
+alike, CPU read from the process CPU clock as in benchmarks/hot_path.py. The
+simulator's own CPU on each interpreter is printed too: the same comparison on code that
+is not Courier's.
 
 `--other` is a Python 3.11 executable; a venv with the runtime lock's packages is made for
 it once, in the system's temporary directory (needs the package index), and reused.
