@@ -59,8 +59,8 @@ def has_content(line: str) -> bool:
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process so far, to the nanosecond where the kernel
     lets us read another process's CPU clock (Linux's clock id for a pid, what
-    clock_getcpuclockid(3) returns). /proc's figures move in 10 ms ticks: a 10-turn
-    window of about 30 ms read as 20 or 40 ms, and the growth ratio swung 0.9-1.3x."""
+    clock_getcpuclockid(3) returns). /proc's figures move in 10 ms ticks, a third of a
+    10-turn window of the growth figure."""
     with suppress(OSError):
         return time.clock_gettime((~pid << 3) | 2)  # CPUCLOCK_SCHED of the whole process
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
