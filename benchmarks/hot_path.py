@@ -7,7 +7,8 @@ Runs the real server and the simulator as subprocesses and prints, for issue 10:
             server's engine hooks, read from `/metrics`); the simulator's own CPU per
             request is the baseline: an upstream on the same stack doing less work;
 * `growth`  CPU per turn at turn 10 and at turn 250 of one session, continued by its id
-            and continued as clients do, by resending the whole history;
+            and continued as clients do, by resending the whole history; and, side by
+            side, blocks of turns alternating between the grown session and a new one;
 * `ttft`    time to first token through Courier vs the simulator called directly, at
             concurrency 1 and at 100 concurrent 2-second streams;
 * `conns`   new upstream TCP connections per request after warm-up;
@@ -302,7 +303,8 @@ GROWTH_WINDOWS = 5
 
 def bench_growth(rig: Rig, turns: int, window: int = 10) -> None:
     print(f"CPU per turn as one session grows (mean over {window} turns, text replies)")
-    rig.script([{"reply": {"text": text_of(40)}}] * 2 * (turns + window + 10))
+    paired = 2 * window * GROWTH_WINDOWS + 1
+    rig.script([{"reply": {"text": text_of(40)}}] * (2 * (turns + window + 10) + paired))
     # Warm the server on another session first, so the first window measures a short
     # session rather than the process's first requests (lazy imports, cold caches).
     warm = rig.turn()
@@ -323,6 +325,7 @@ def bench_growth(rig: Rig, turns: int, window: int = 10) -> None:
 
     print("  by session id (X-Session-Id):")
     _growth(rig, turns, window, by_id)
+    _paired(rig, turns, window, by_id)
     print("  the whole history resent each turn, as clients do (no session id):")
     resent(1)  # the new session, as `by_id`'s was made before its count
     _growth(rig, turns, window, resent)
@@ -351,6 +354,32 @@ def _growth(rig: Rig, turns: int, window: int, turn: Callable[[int], None]) -> N
         f"    turns {2 if at else 0}-{early_marks[-1] if at else 0}: {early:.2f} ms   "
         f"turns {late_marks[0] - window + 1 if at else 0}-{late_marks[-1] if at else 0}: "
         f"{late:.2f} ms   ratio {late / early:.2f}x   (means of {GROWTH_WINDOWS} windows each)"
+    )
+
+
+def _paired(rig: Rig, turns: int, window: int, grown: Callable[[int], None]) -> None:
+    """The growth figure side by side: blocks of `window` turns alternate between the grown
+    session (its turns after `turns`) and a new one (its turns from 2), so the machine's
+    drift, which sequential windows half a minute apart read as growth, hits both alike."""
+    young_sid = rig.turn()
+
+    def young(n: int) -> None:
+        rig.turn(f"Question number {n}: say something.", session=young_sid)
+
+    at = {"grown": turns + 1, "young": 2}
+    cost: dict[str, list[float]] = {"grown": [], "young": []}
+    for _ in range(GROWTH_WINDOWS):
+        for name, turn in (("grown", grown), ("young", young)):
+            started = cpu_s(rig.server.pid)
+            for _ in range(window):
+                turn(at[name])
+                at[name] += 1
+            cost[name].append((cpu_s(rig.server.pid) - started) * 1000 / window)
+    late, early = statistics.mean(cost["grown"]), statistics.mean(cost["young"])
+    print(
+        f"    alternating {window}-turn blocks: turns 2-{at['young'] - 1} of a new session "
+        f"{early:.2f} ms   turns {turns + 1}-{at['grown'] - 1} of this one {late:.2f} ms   "
+        f"ratio {late / early:.2f}x"
     )
 
 
