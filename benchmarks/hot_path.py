@@ -69,7 +69,8 @@ def cpu_s(pid: int) -> float:
 
 
 def thread_cpu_s(pid: int, name: str) -> float:
-    """CPU seconds of the process's threads the OS knows by `name` (the store's writer)."""
+    """CPU seconds of the process's threads the OS knows by `name` (the store's writer), in
+    /proc's 10 ms ticks: the kernel lets only a thread's own process read its CPU clock."""
     total = 0.0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
