@@ -19,14 +19,18 @@ ROOT = Path(__file__).resolve().parent.parent
 FIGURE = r"([0-9.]+|nan)"
 
 
-def _run(*args: str) -> str:
-    done = subprocess.run(
+def _hot_path(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "hot_path.py"), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def _run(*args: str) -> str:
+    done = _hot_path(*args)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -57,12 +61,6 @@ def test_hot_path_prints_its_sections_and_counts_what_the_suite_counts() -> None
 
 
 def test_hot_path_refuses_an_unknown_section() -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "hot_path.py"), "--only", "cpu,nope"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _hot_path("--only", "cpu,nope")
     assert done.returncode != 0
     assert "nope" in done.stdout + done.stderr
