@@ -130,12 +130,19 @@ class SessionLifecycle:
         self.prefixes = StablePrefixRegistry()
         self.compressor = Compressor(prefixes=self.prefixes)
 
-    def owned(self, *, owner: str, admin: bool, session_id: str) -> SessionRow:
+    def owned(
+        self, *, owner: str, admin: bool, session_id: str, end_user: str | None = None
+    ) -> SessionRow:
+        """The session, if the caller may continue it. A request acting for an end user
+        reaches only that end user's sessions; one without an end user, any of its key's
+        (the app itself: its end user's turn then runs as that end user)."""
         session = self.store.get_session(session_id=session_id)
-        # Another key's session answers exactly like a missing one: no existence oracle.
+        # Another key's (or end user's) session answers exactly like a missing one: no
+        # existence oracle.
         if (
             session is None
             or (session.owner != owner and not admin)
+            or (end_user is not None and session.end_user != end_user)
             or is_retracted(self.store, session_id=session_id)
         ):
             raise SessionNotFound(session_id)
@@ -149,13 +156,25 @@ class SessionLifecycle:
         """Place the request, append its messages, record the turn: one transaction."""
         refuse_prefill(req, self.profiles.provider(req.profile))
         session = (
-            self.owned(owner=req.owner, admin=req.admin, session_id=req.session_id)
+            self.owned(
+                owner=req.owner,
+                admin=req.admin,
+                session_id=req.session_id,
+                end_user=req.end_user,
+            )
             if req.session_id
             else None
         )
         owner = session.owner if session else req.owner
+        # A named session's end user is the request's, or the request has none and the
+        # session's applies (as the key caps bill the session's owner).
+        end_user = session.end_user if session else req.end_user or ""
         spend = self.spend.guard(
-            req.profile, owner=owner, session=session, request_cap=req.max_cost_usd
+            req.profile,
+            owner=owner,
+            end_user=end_user,
+            session=session,
+            request_cap=req.max_cost_usd,
         )
         if (refusal := spend.check()) is not None:
             raise SpendRefused(refusal)
@@ -252,6 +271,7 @@ class SessionLifecycle:
             profile,
             session_id=session_id,
             owner=req.owner,
+            end_user=req.end_user or "",
             started_at=time.time(),
             instructions=req.instructions,
             snapshot=snapshot,
@@ -266,6 +286,7 @@ class SessionLifecycle:
         session = self.store.create_session(
             session_id=session_id,
             owner=req.owner,
+            end_user=req.end_user or "",
             profile=profile.name,
             system_prompt=prompt,
             tool_snapshot=snapshot,
@@ -355,6 +376,7 @@ class SessionLifecycle:
             profile,
             session_id=session.id,
             owner=session.owner,
+            end_user=session.end_user,
             started_at=session.started_at,
             instructions=instructions,
             snapshot=session.tool_snapshot,
@@ -447,6 +469,7 @@ class SessionLifecycle:
             profile=profile,
             session_id=session.id,
             owner=owner,
+            end_user=session.end_user,
             lease=place.lease,
             turn_id=turn_id,
             # A new session's prompt build has just made (or left) its workspace.
@@ -468,6 +491,7 @@ class SessionLifecycle:
                 profile,
                 session_id=session.id,
                 owner=session.owner,
+                end_user=session.end_user,
                 started_at=session.started_at,
                 instructions=tuple(json.loads(session.client_instructions)),
                 snapshot=session.tool_snapshot,

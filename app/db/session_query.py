@@ -152,10 +152,12 @@ def list_sessions(
     limit: int,
     before: str | None = None,
     include_retracted: bool = False,
+    end_user: str | None = None,
 ) -> tuple[list[SessionSummary], bool]:
     """A page of sessions, newest first, and whether more follow.
 
-    `owner=None` lists every principal's sessions (the admin view). `before` is the id of
+    `owner=None` lists every principal's sessions (the admin view); `end_user` narrows it
+    to one end user's (None: every end user's). `before` is the id of
     the last session of the previous page; ordering is (started_at, id) descending, so
     sessions started in the same instant still page without repeats or gaps.
     """
@@ -163,6 +165,8 @@ def list_sessions(
         query = select(SessionRow)
         if owner is not None:
             query = query.where(SessionRow.owner == owner)
+        if end_user is not None:
+            query = query.where(SessionRow.end_user == end_user)
         if not include_retracted:
             retracted = select(SessionRetractionRow.session_id)
             query = query.where(col(SessionRow.id).not_in(retracted))
