@@ -361,6 +361,9 @@ class Settings(BaseSettings):
     end_user_headers: Annotated[tuple[str, ...], NoDecode] = ()
     """More request headers naming the app's end user, read after `X-Courier-End-User` and
     before the body's `user`, e.g. Open WebUI's `X-OpenWebUI-User-Id`."""
+    session_headers: Annotated[tuple[str, ...], NoDecode] = ()
+    """Request headers naming the app's own conversation, e.g. Open WebUI's
+    `X-OpenWebUI-Chat-Id`: one Courier session per (key, end user, chat)."""
 
     # The default profile, from flat env names operators expect.
     upstream_provider: Literal["openai", "anthropic"] = "openai"
@@ -460,6 +463,7 @@ class Settings(BaseSettings):
         "fallback",
         "upstream_api_keys",
         "end_user_headers",
+        "session_headers",
         mode="before",
     )
     @classmethod
@@ -479,7 +483,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"cors_origins: '{origin}' is not an origin like https://host")
         return tuple(origin.rstrip("/") for origin in value)
 
-    @field_validator("end_user_headers")
+    @field_validator("end_user_headers", "session_headers")
     @classmethod
     def _header_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         # Compared lower-cased, as HTTP compares them; a name with a space or a colon could

@@ -53,14 +53,14 @@ class Asked:
 
     @property
     def twins(self) -> str:
-        """Where a retry looks for the turn it repeats: the key's, narrowed to one end user,
-        so two end users' byte-identical retries (the body carries neither when headers
-        name them) never reattach to each other's turns."""
-        end_user = self.on_behalf.end_user
-        if end_user is None:
+        """Where a retry looks for the turn it repeats: the key's, narrowed to one end user
+        and one named chat, so two end users' byte-identical retries (the body carries
+        neither when headers name them) never reattach to each other's turns."""
+        end_user, chat = self.on_behalf.end_user, self.on_behalf.chat
+        if end_user is None and chat is None:
             return self.principal.owner
-        # A newline cannot occur in an end user (printable only): the parts stay apart.
-        return f"{self.principal.owner}\n{end_user}"
+        # Newlines cannot occur in either (printable only), so the parts stay apart.
+        return "\n".join((self.principal.owner, end_user or "", chat or ""))
 
 
 @dataclass(frozen=True, slots=True)

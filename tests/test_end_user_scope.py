@@ -40,6 +40,14 @@ def test_headers_win_over_the_body_in_their_order() -> None:
     assert on_behalf({"x-other": "x"}, settings, user=None, safety_identifier=None) == OnBehalf()
 
 
+def test_a_session_header_is_read_only_when_configured() -> None:
+    headers = {"x-openwebui-chat-id": "c1"}
+    plain = _settings()
+    assert on_behalf(headers, plain, user=None, safety_identifier=None).chat is None
+    named = _settings(session_headers="X-OpenWebUI-Chat-Id")
+    assert on_behalf(headers, named, user=None, safety_identifier=None).chat == "c1"
+
+
 @pytest.mark.parametrize(
     ("headers", "user", "param"),
     [

@@ -1,6 +1,7 @@
 """One API key, many end users, over HTTP against a real server and the scripted simulator:
 each end user's memory notes and transcripts reach only that end user (however the app
-names them), the sessions list is filtered, and the end-user spend cap refuses.
+names them), the sessions list is filtered, the end-user spend cap refuses, and an app's
+chat id (a session header) continues the same session, for its own key and end user only.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tests.support.server import Server, sim_env
 from tests.support.sim import Simulator
 
 USER_HEADER = "X-OpenWebUI-User-Id"
+CHAT_HEADER = "X-OpenWebUI-Chat-Id"
 ADMIN_KEY = "end-users-admin-key-0123456789"
 
 
@@ -25,6 +27,7 @@ def srv(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Itera
     env = sim_env(
         simulator.base_url,
         COURIER_END_USER_HEADERS=USER_HEADER,
+        COURIER_SESSION_HEADERS=CHAT_HEADER,
         COURIER_ADMIN_API_KEY=ADMIN_KEY,
     )
     server = Server(data_dir=tmp_path_factory.mktemp("end-users"), env=env).start()
@@ -215,6 +218,44 @@ def test_the_sessions_list_and_search_are_filtered_by_end_user(srv: Server, sim:
     assert not sim.requests()
 
 
+def test_a_chat_header_continues_the_same_session(srv: Server, sim: Simulator) -> None:
+    def ask(
+        messages: list[dict[str, Any]], chat: str, user: str = "erin", key: str | None = None
+    ) -> str:
+        sim.reset()
+        sim.script([{"reply": {"text": "hello"}}])
+        resp = _chat(srv, messages, headers={USER_HEADER: user, CHAT_HEADER: chat}, key=key)
+        assert resp.status_code == 200, resp.text
+        return resp.headers["x-session-id"]
+
+    hi = [{"role": "user", "content": "hi"}]
+    first_a, first_b = ask(hi, "chat-a"), ask(hi, "chat-b")
+    assert first_a != first_b
+    # Open WebUI's title request carries the chat id too; it shares nothing with the chat,
+    # so it gets a session of its own and the chat's name keeps pointing at the chat.
+    title = ask([{"role": "user", "content": "### Task:\nGenerate a title"}], "chat-a")
+    assert title != first_a
+    # Both chats hold [hi, hello]: continuity alone would pick one; the name picks its own.
+    more = [*hi, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "more"}]
+    assert ask(more, "chat-a") == first_a
+    assert ask(more, "chat-b") == first_b
+    # Regenerating the first answer resends only the first message: still the same chat.
+    assert ask(hi, "chat-a") == first_a
+    messages = httpx.get(
+        f"{srv.base_url}/v1/sessions/{first_a}/messages", headers=srv.headers()
+    ).json()["data"]
+    live = [(m["role"], m["content"]) for m in messages if m["state"] == "live"]
+    assert live == [("user", "hi"), ("assistant", "hello")]
+    # The same chat id from another end user, or another key, names nothing of erin's.
+    assert ask(more, "chat-a", user="frank") not in (first_a, first_b)
+    assert ask(more, "chat-a", key=ADMIN_KEY) not in (first_a, first_b)
+    # A deleted session is gone for its name too: the chat starts afresh and is named anew.
+    deleted = httpx.delete(f"{srv.base_url}/v1/sessions/{first_b}", headers=srv.headers())
+    assert deleted.status_code == 200
+    fresh = ask(hi, "chat-b")
+    assert fresh != first_b and ask(more, "chat-b") == fresh
+
+
 def test_a_bad_end_user_is_a_400(srv: Server, sim: Simulator) -> None:
     sim.reset()
     hi = [{"role": "user", "content": "hi"}]
@@ -223,6 +264,7 @@ def test_a_bad_end_user_is_a_400(srv: Server, sim: Simulator) -> None:
         ({USER_HEADER: "y" * 300}, {}, USER_HEADER.lower()),
         ({}, {"user": "bell\x07"}, "user"),
         ({}, {"safety_identifier": "tab\tin"}, "safety_identifier"),
+        ({CHAT_HEADER: "c" * 300}, {}, CHAT_HEADER.lower()),
     ):
         resp = _chat(srv, hi, headers=headers, **body)
         assert resp.status_code == 400, resp.text

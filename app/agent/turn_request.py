@@ -66,6 +66,8 @@ class TurnRequest:
     end_user: str | None = None
     """The app's end user (app/protocol/end_users.py): a new session is made for it, and
     continuity, memory, search and spend are scoped by it under the key."""
+    chat_name: str | None = None
+    """The app's own id for the conversation (a session header): names the session."""
     max_cost_usd: Decimal | None = None
     """The request's own spend cap."""
 

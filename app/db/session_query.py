@@ -271,15 +271,22 @@ def retract_session(store: Store, *, session_id: str) -> None:
 
 @_forgets_live
 def purge_session(store: Store, *, session_id: str) -> None:
-    """Hard-delete a session's transcript, turns, images, continuity index, todo list and
-    stored responses.
+    """Hard-delete a session's transcript, turns, images, continuity index, todo list,
+    stored responses and the app's names for it.
 
     The session row and its usage ledger stay: spend caps and billing count every call a
     key made, so deleting them would hand a key its budget back. The row keeps no text.
     """
     with Session(store.engine) as db:
         conn = db.connection()
-        for table in ("message", "turn", "response_record", "transcript_key", "session_image"):
+        for table in (
+            "message",
+            "turn",
+            "response_record",
+            "transcript_key",
+            "session_image",
+            "named_chat",
+        ):
             conn.execute(text(f"DELETE FROM {table} WHERE session_id = :sid"), {"sid": session_id})
         todo = db.get(TodoListRow, session_id)
         if todo is not None:

@@ -91,6 +91,7 @@ def turn_request(
         output_format=output_format(request),
         parallel_tool_calls=request.parallel_tool_calls,
         end_user=on_behalf.end_user,
+        chat_name=on_behalf.chat,
         max_cost_usd=Decimal(str(request.max_cost_usd))
         if request.max_cost_usd is not None
         else None,

@@ -1,4 +1,5 @@
-"""Whom a request is for when one API key serves many people: the app's end user.
+"""Whom a request is for when one API key serves many people: the app's end user, and the
+app's own name for the conversation.
 
 Open WebUI, LibreChat and most apps call Courier with one key for all their users. The key
 is the boundary the server can prove; inside it the app says which of its users a request
@@ -35,9 +36,10 @@ MAX_CHARS = 256
 
 @dataclass(frozen=True, slots=True)
 class OnBehalf:
-    """The app's end user (None: none sent)."""
+    """The app's end user (None: none sent) and its name for the conversation, if any."""
 
     end_user: str | None = None
+    chat: str | None = None
 
 
 def _checked(raw: str | None, *, param: str, code: str) -> str | None:
@@ -83,7 +85,8 @@ def on_behalf(
         or _checked(user, param="user", code="invalid_end_user")
         or _checked(safety_identifier, param="safety_identifier", code="invalid_end_user")
     )
-    return OnBehalf(end_user=end_user)
+    chat = _first_header(headers, settings.session_headers, "invalid_session_header")
+    return OnBehalf(end_user=end_user, chat=chat)
 
 
 def listing_scope(
