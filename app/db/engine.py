@@ -107,16 +107,21 @@ def _rekey_tables(conn: Connection) -> None:
 
     SQLite cannot change a primary key in place, and `_add_missing_columns` alone would
     leave the old key refusing a second end user's row. The rebuild follows SQLite's
-    recipe (new table, copy, drop, rename), which keeps other tables' foreign keys naming
-    the table valid; no table others reference has been rekeyed, since dropping one with
-    foreign keys on would check (or cascade to) the rows that reference it.
+    recipe (new table, copy, drop, rename). It holds only for a table no other table
+    references: with foreign keys on, dropping a referenced one would check (or cascade
+    to) the rows that reference it, so such a table is refused here rather than emptied.
     """
+    referenced = {
+        fk.column.table.name for t in SQLModel.metadata.tables.values() for fk in t.foreign_keys
+    }
     for table in SQLModel.metadata.sorted_tables:
         stored = _stored_columns(conn, table.name)
         key = [name for name, at in sorted(stored, key=lambda c: c[1]) if at]
         wanted = [c.name for c in table.primary_key.columns]
         if not stored or key == wanted:
             continue
+        if table.name in referenced:
+            raise RuntimeError(f"cannot rebuild {table.name} with a new key: others reference it")
         names = {name for name, _ in stored}
         staging = table.to_metadata(MetaData(), name=f"{table.name}__rekeyed")
         staging.indexes.clear()  # their names are the old table's until it is dropped
