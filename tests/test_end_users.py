@@ -166,6 +166,31 @@ def test_bob_s_memory_writes_leave_alice_s_notes_alone(srv: Server, sim: Simulat
     assert "alice likes tea" in notes and "coffee" not in notes
 
 
+def test_the_key_itself_may_name_an_end_user_s_session_which_runs_as_that_end_user(
+    srv: Server, sim: Simulator
+) -> None:
+    sim.reset()
+    sim.script(
+        [
+            {"reply": {"tool_calls": [_call("memory", action="add", text="kim drinks tea")]}},
+            {"reply": {"text": "noted"}},
+        ]
+    )
+    sid = _say(srv, "remember", via="X-Courier-End-User", user="kim-k").headers["x-session-id"]
+    sim.reset()
+    sim.script(
+        [
+            {"reply": {"tool_calls": [_call("memory", action="list")]}},
+            {"reply": {"text": "listed"}},
+        ]
+    )
+    # No end user: the app itself, holding the key, continues kim's session by its id.
+    resp = _chat(srv, [{"role": "user", "content": "list"}], headers={"X-Session-Id": sid})
+    assert resp.status_code == 200 and resp.headers["x-session-id"] == sid
+    notes = [m["content"] for m in _last_request(sim) if m["role"] == "tool"][-1]
+    assert notes.startswith("Saved notes.") and "kim drinks tea" in notes
+
+
 def test_the_sessions_list_and_search_are_filtered_by_end_user(srv: Server, sim: Simulator) -> None:
     ids: dict[str, str] = {}
     for user in ("carol-l", "dave-l"):
