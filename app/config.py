@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -221,6 +222,8 @@ SCOPES = ("chat", "sessions:read", "approvals", "metrics", "admin")
 RESERVED_KEY_NAMES = frozenset({"default", "admin", "metrics"})
 """Names of the keys given by COURIER_API_KEY, COURIER_ADMIN_API_KEY, COURIER_METRICS_API_KEY."""
 MIN_TOKEN_SECRET_BYTES = 32
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+"""An HTTP field name (RFC 9110 `token`)."""
 
 
 class KeyConfig(BaseModel):
@@ -353,6 +356,14 @@ class Settings(BaseSettings):
     """Spend allowed per API key over any rolling 24 hours."""
     spend_cap_session_usd: Decimal | None = Field(default=None, ge=0)
     """Spend allowed per session."""
+    spend_cap_end_user_usd: Decimal | None = Field(default=None, ge=0)
+    """Total spend allowed per end user of one API key (see `end_user_headers`)."""
+    end_user_headers: Annotated[tuple[str, ...], NoDecode] = ()
+    """More request headers naming the app's end user, read after `X-Courier-End-User` and
+    before the body's `user`, e.g. Open WebUI's `X-OpenWebUI-User-Id`."""
+    session_headers: Annotated[tuple[str, ...], NoDecode] = ()
+    """Request headers naming the app's own conversation, e.g. Open WebUI's
+    `X-OpenWebUI-Chat-Id`: one Courier session per (key, end user, chat)."""
 
     # The default profile, from flat env names operators expect.
     upstream_provider: Literal["openai", "anthropic"] = "openai"
@@ -447,7 +458,13 @@ class Settings(BaseSettings):
         return tuple(sources)
 
     @field_validator(
-        "cors_origins", "model_aliases", "fallback", "upstream_api_keys", mode="before"
+        "cors_origins",
+        "model_aliases",
+        "fallback",
+        "upstream_api_keys",
+        "end_user_headers",
+        "session_headers",
+        mode="before",
     )
     @classmethod
     def _list(cls, value: Any) -> Any:
@@ -465,6 +482,16 @@ class Settings(BaseSettings):
             if origin != "*" and not origin.startswith(("http://", "https://")):
                 raise ValueError(f"cors_origins: '{origin}' is not an origin like https://host")
         return tuple(origin.rstrip("/") for origin in value)
+
+    @field_validator("end_user_headers", "session_headers")
+    @classmethod
+    def _header_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # Compared lower-cased, as HTTP compares them; a name with a space or a colon could
+        # never arrive as a header, so it is a typo the operator should hear about.
+        for name in value:
+            if not _HEADER_NAME.fullmatch(name):
+                raise ValueError(f"'{name}' is not an HTTP header name")
+        return tuple(name.lower() for name in value)
 
     @field_validator("api_key")
     @classmethod

@@ -21,6 +21,7 @@ from app.agent.events import ClientToolCalls, TurnFinished, TurnText
 from app.agent.turns import IDEMPOTENCY_TTL_S, RETRY_WINDOW_S, SessionBusy, TurnHandle
 from app.db import session_query as q
 from app.db.session_models import ResponseRow
+from app.protocol.end_users import OnBehalf
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.openai import ChatCompletionRequest
 from app.protocol.render import usage_out
@@ -91,13 +92,18 @@ class ResponsesServing:
         return row
 
     async def start(
-        self, request: ResponseCreateRequest, principal: Principal, *, retry: Retry
+        self,
+        request: ResponseCreateRequest,
+        principal: Principal,
+        *,
+        retry: Retry,
+        on_behalf: OnBehalf,
     ) -> ResponseRun:
         check_supported(request)
         if ignored := request.ignored_fields():
             log.info("responses: ignoring unsupported request fields: %s", ", ".join(ignored))
         translated = input_messages(request)
-        session_id = self._continued_session(request, principal)
+        session_id = self._continued_session(request, principal, on_behalf.end_user)
         if principal.session_id is not None and session_id != principal.session_id:
             # A token bound to one session may not start (or fork into) another.
             raise TokenSessionMismatch(principal.session_id)
@@ -107,7 +113,9 @@ class ResponsesServing:
         except ValidationError as exc:
             raise validation_error(exc) from None
         try:
-            started = await self.chat.start(chat, principal, session_id, retry=retry)
+            started = await self.chat.start(
+                chat, principal, session_id, retry=retry, on_behalf=on_behalf
+            )
         except ApiError as exc:
             # The chat path names its own fields; a Responses client sent `input`.
             if exc.param and exc.param.startswith("messages"):
@@ -140,11 +148,16 @@ class ResponsesServing:
         return run
 
     def _continued_session(
-        self, request: ResponseCreateRequest, principal: Principal
+        self, request: ResponseCreateRequest, principal: Principal, end_user: str | None
     ) -> str | None:
         if request.previous_response_id is None:
             return None
         previous = self.owned(principal, request.previous_response_id, "previous_response_id")
+        if end_user is not None:
+            session = self.store.get_session(session_id=previous.session_id)
+            if session is None or session.end_user != end_user:
+                # Another end user's answer: missing for this one (and never forked for it).
+                raise ResponseNotFound(request.previous_response_id, "previous_response_id")
         latest = q.latest_response(self.store, session_id=previous.session_id)
         if latest is None or latest.id == previous.id:
             return previous.session_id

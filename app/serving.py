@@ -27,6 +27,7 @@ from app.config import Profile, Settings
 from app.db.store import PersistenceError, Store
 from app.metrics import Metrics
 from app.protocol.conversation import turn_request
+from app.protocol.end_users import OnBehalf
 from app.protocol.fields import ignored_fields, refuse_unsupported
 from app.protocol.openai import ChatCompletionRequest
 from app.protocol.refusals import api_error, storage_unavailable
@@ -41,6 +42,25 @@ log = logging.getLogger(__name__)
 
 LONG_HISTORY = 64
 """Messages past which translating a request is worth a thread hop."""
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """Who asks: the key, and whom its app asks for."""
+
+    principal: Principal
+    on_behalf: OnBehalf
+
+    @property
+    def twins(self) -> str:
+        """Where a retry looks for the turn it repeats: the key's, narrowed to one end user
+        and one named chat, so two end users' byte-identical retries (the body carries
+        neither when headers name them) never reattach to each other's turns."""
+        end_user, chat = self.on_behalf.end_user, self.on_behalf.chat
+        if end_user is None and chat is None:
+            return self.principal.owner
+        # Newlines cannot occur in either (printable only), so the parts stay apart.
+        return "\n".join((self.principal.owner, end_user or "", chat or ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +118,13 @@ class ChatServing:
         session_id: str | None,
         *,
         retry: Retry,
+        on_behalf: OnBehalf,
     ) -> StartedTurn:
         """Refuse what cannot run before writing anything, then start (or reattach) the turn."""
+        asked = Asked(principal, on_behalf)
         try:
-            async with self.twins.opening(principal.owner, retry):
-                return await self._start(request, principal, session_id, retry)
+            async with self.twins.opening(asked.twins, retry):
+                return await self._start(request, asked, session_id, retry)
         except Refused as refused:
             raise api_error(refused) from None
         except PersistenceError:
@@ -112,7 +134,7 @@ class ChatServing:
     async def _start(
         self,
         request: ChatCompletionRequest,
-        principal: Principal,
+        asked: Asked,
         session_id: str | None,
         retry: Retry,
     ) -> StartedTurn:
@@ -126,15 +148,16 @@ class ChatServing:
         profile = self.profiles.resolve(request.model)
         provider = self.profiles.provider(profile)
         ignored = tuple(ignored_fields(request, passthrough=provider.passthrough))
-        if (seen := self.twins.find(principal.owner, retry)) is not None:
+        if (seen := self.twins.find(asked.twins, retry)) is not None:
             return StartedTurn(seen, seen.session_id, profile, ignored)
         translate = partial(
             turn_request,
             request,
-            owner=principal.owner,
-            admin=principal.admin,
+            owner=asked.principal.owner,
+            admin=asked.principal.admin,
             session_id=session_id,
             profile=profile,
+            on_behalf=asked.on_behalf,
         )
         req = await asyncio.to_thread(translate) if long else translate()
         if profile.relay:
@@ -144,13 +167,13 @@ class ChatServing:
             handle = self.turns.start_task(
                 relay.ledger_session, lambda h: run_relay(relay, h), profile=profile.name
             )
-            self.twins.record_start(handle, principal.owner, retry, session_id=handle.session_id)
+            self.twins.record_start(handle, asked.twins, retry, session_id=handle.session_id)
         else:
-            handle = await self._open(req, retry)
-        self.twins.remember(handle, principal.owner, retry)
+            handle = await self._open(req, retry, asked.twins)
+        self.twins.remember(handle, asked.twins, retry)
         return StartedTurn(handle, handle.session_id, profile, ignored)
 
-    async def _open(self, req: TurnRequest, retry: Retry) -> TurnHandle:
+    async def _open(self, req: TurnRequest, retry: Retry, twins: str) -> TurnHandle:
         """Open the turn on the store's writer thread (its first transaction, with a keyed
         turn's durable record), then run it."""
         handle = self.turns.new_handle()
@@ -159,7 +182,7 @@ class ChatServing:
             with self.store.unit():
                 opened = self.sessions.open(req, turn_id=handle.turn_id, emit=handle.publish)
                 session_id = opened.context.session_id
-                self.twins.record_start(handle, req.owner, retry, session_id=session_id)
+                self.twins.record_start(handle, twins, retry, session_id=session_id)
                 return opened
 
         opening = asyncio.ensure_future(self.store.off_loop(open_turn, first=True))

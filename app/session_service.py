@@ -91,6 +91,7 @@ class SessionService:
             profile,
             session_id=new_id,
             owner=source.owner,
+            end_user=source.end_user,
             started_at=time.time(),
             instructions=instructions,
             snapshot=source.tool_snapshot,
@@ -98,6 +99,7 @@ class SessionService:
         self.store.create_session(
             session_id=new_id,
             owner=source.owner,
+            end_user=source.end_user,
             profile=profile.name,
             system_prompt=prompt,
             tool_snapshot=source.tool_snapshot,

@@ -52,6 +52,7 @@ def test_every_client_has_a_snippet() -> None:
         "pipecat",
         "open-webui-env",
         "courier-toml",
+        "courier-end-users-env",
     }
     assert expected <= set(found), f"missing: {expected - set(found)}"
 
@@ -226,6 +227,40 @@ def test_open_webui_task_model_and_aliases(
     )
     assert answer.status_code == 200, answer.text
     assert answer.json()["choices"][0]["message"]["content"] == "Served by an alias."
+
+
+def test_open_webui_users_and_chats_are_kept_apart(
+    simulator: Simulator, sim: Simulator, tmp_path: Path
+) -> None:
+    """The documented Courier settings, with the headers Open WebUI forwards: each user's
+    chats are listed under them, and a chat id names one session."""
+    env = dict(line.split("=", 1) for line in snippets()["courier-end-users-env"][1].splitlines())
+    server = Server(data_dir=tmp_path, env=sim_env(simulator.base_url, **env)).start()
+
+    def ask(user: str, chat: str, messages: list[dict[str, str]]) -> str:
+        sim.script([{"reply": {"text": "hello"}}])
+        headers = server.headers(**{"X-OpenWebUI-User-Id": user, "X-OpenWebUI-Chat-Id": chat})
+        answer = httpx.post(
+            f"{server.base_url}/v1/chat/completions",
+            json={"model": "courier", "messages": messages},
+            headers=headers,
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+        return answer.headers["x-session-id"]
+
+    try:
+        hi = [{"role": "user", "content": "hi"}]
+        mine, theirs = ask("u-1", "c-1", hi), ask("u-2", "c-2", hi)
+        assert ask("u-1", "c-1", hi) == mine  # a regenerated first answer: the same chat
+        for user, session in (("u-1", mine), ("u-2", theirs)):
+            listed = httpx.get(
+                f"{server.base_url}/v1/sessions",
+                headers=server.headers(**{"X-OpenWebUI-User-Id": user}),
+            ).json()["data"]
+            assert [s["id"] for s in listed] == [session]
+    finally:
+        server.stop()
 
 
 # ------------------------------------------------------------------------------ field table

@@ -121,7 +121,7 @@ def test_newest_first_picks_what_a_full_lookup_picks(store: Store) -> None:
         cut = rng.randint(1, 60)
         request = base[:cut] + [f"new{i}" for i in range(rng.randint(1, 12))]
         assert _choice(find_continuations(store, hashes=request)) == _choice(
-            _find(store, request, 16)
+            _find(store, request, 16, None)
         )
 
 

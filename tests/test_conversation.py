@@ -7,6 +7,7 @@ from app.agent.continuity import VisibleMessage
 from app.config import Profile
 from app.db.store import NewMessage
 from app.protocol.conversation import turn_request
+from app.protocol.end_users import OnBehalf
 from app.protocol.openai import ChatCompletionRequest
 
 PIXEL = "data:image/png;base64,iVBORw0KGgo="
@@ -14,7 +15,9 @@ PIXEL = "data:image/png;base64,iVBORw0KGgo="
 
 def _translated(messages: list[dict[str, object]]):  # type: ignore[no-untyped-def]
     request = ChatCompletionRequest.model_validate({"model": "courier", "messages": messages})
-    return turn_request(request, owner="o", admin=False, session_id=None, profile=Profile())
+    return turn_request(
+        request, owner="o", admin=False, session_id=None, profile=Profile(), on_behalf=OnBehalf()
+    )
 
 
 def test_every_role_becomes_its_row_and_its_visible_message() -> None:

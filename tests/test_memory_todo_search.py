@@ -253,20 +253,20 @@ def test_memory_is_per_owner_and_persists_across_store_instances(tmp_path: Path)
     first.close()
     second = Store.open(tmp_path / "c.db")
     try:
-        snap = memory_snapshot(second, owner=ALICE)
+        snap = memory_snapshot(second, owner=ALICE, end_user="")
         assert snap.startswith("<memory>\n") and snap.endswith("\n- Alice's note\n</memory>")
         assert "Bob" not in snap
         assert "next session" in snap
-        assert memory_snapshot(second, owner=ALICE) == snap  # same notes, same bytes
-        assert memory_snapshot(second, owner="fp-nobody") == ""
-        assert memory_snapshot(second, owner="") == ""
+        assert memory_snapshot(second, owner=ALICE, end_user="") == snap  # same notes, same bytes
+        assert memory_snapshot(second, owner="fp-nobody", end_user="") == ""
+        assert memory_snapshot(second, owner="", end_user="") == ""
     finally:
         second.close()
 
 
 def test_memory_snapshot_indents_multiline_notes(store: Store, tmp_path: Path) -> None:
     call(MEMORY, {"action": "add", "text": "line one\nline two"}, ctx(tmp_path, store))
-    assert "- line one\n  line two\n</memory>" in memory_snapshot(store, owner=ALICE)
+    assert "- line one\n  line two\n</memory>" in memory_snapshot(store, owner=ALICE, end_user="")
 
 
 def test_memory_refuses_without_owner(store: Store, tmp_path: Path) -> None:

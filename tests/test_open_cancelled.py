@@ -20,6 +20,7 @@ from app.db.key_store import KeyStateStore
 from app.db.store import Store
 from app.main import build_providers
 from app.metrics import Metrics
+from app.protocol.end_users import OnBehalf
 from app.protocol.openai import ChatCompletionRequest
 from app.providers.clients import UpstreamClients
 from app.security.auth import Principal
@@ -53,7 +54,13 @@ async def test_a_request_cancelled_mid_open_leaves_no_lease_behind(tmp_path: Pat
     try:
         holder.execute("BEGIN IMMEDIATE")  # the open waits on the write lock
         start = asyncio.create_task(
-            serving.start(request, Principal(owner="o" * 16), None, retry=Retry(digest="d"))
+            serving.start(
+                request,
+                Principal(owner="o" * 16),
+                None,
+                retry=Retry(digest="d"),
+                on_behalf=OnBehalf(),
+            )
         )
         await asyncio.sleep(0.3)
         start.cancel()

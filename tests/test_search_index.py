@@ -106,9 +106,12 @@ def test_an_indexed_message_rewritten_or_deleted_leaves_the_index_whole(store: S
 
 def test_search_sessions_finds_what_was_said_a_moment_ago(store: Store) -> None:
     _say(store, "deploy the kumquat service")
-    hits = search_sessions(store, owner="k1", terms=["kumquat"], limit=5)
+    hits = search_sessions(store, owner="k1", end_user=None, terms=["kumquat"], limit=5)
     assert [(h.session_id, h.snippet) for h in hits] == [("s1", "deploy the **kumquat** service")]
-    assert search_sessions(store, owner="someone-else", terms=["kumquat"], limit=5) == []
+    assert (
+        search_sessions(store, owner="someone-else", end_user=None, terms=["kumquat"], limit=5)
+        == []
+    )
     _whole(store)
 
 

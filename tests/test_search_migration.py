@@ -48,11 +48,11 @@ def test_an_old_index_is_rebuilt_with_owners(tmp_path: Path) -> None:
         with sqlite3.connect(path) as db:
             sql = db.execute("SELECT sql FROM sqlite_master WHERE name = 'message_fts'").fetchone()
             assert "owner_tag" in sql[0]
-        hits = search_sessions(store, owner="alice", terms=["deploy"], limit=5)
+        hits = search_sessions(store, owner="alice", end_user=None, terms=["deploy"], limit=5)
         assert [(h.session_id, h.snippet) for h in hits] == [("s1", "the **deploy** failed")]
-        assert search_sessions(store, owner="bob", terms=["failed"], limit=5) == []
+        assert search_sessions(store, owner="bob", end_user=None, terms=["failed"], limit=5) == []
         # An owner's own token is not a search term: it only ever narrows the rows.
         tag = b"alice".hex()
-        assert search_sessions(store, owner="alice", terms=[tag], limit=5) == []
+        assert search_sessions(store, owner="alice", end_user=None, terms=[tag], limit=5) == []
     finally:
         store.close()

@@ -142,7 +142,9 @@ def test_an_index_no_query_reads_is_dropped_from_an_older_database(tmp_path: Pat
     indexes = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     con.close()
     assert "ix_api_call_turn_id" not in indexes
-    assert {"ix_api_call_session_id", "ix_api_call_owner", "ix_api_call_created_at"} <= indexes
+    assert {"ix_api_call_session_id", "ix_api_call_owner_end_user", "ix_api_call_created_at"} <= (
+        indexes
+    )
 
 
 def test_bulk_paths_round_trip_every_field(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from app.providers.pricing import Cost
 @dataclass(frozen=True, slots=True)
 class Cap:
     name: str
-    """Which cap, for the error message: request, session, key, key (24h)."""
+    """Which cap, for the error message: request, session, key, key (24h), end user."""
     limit: Decimal
     spent_before: Decimal
     """What had been spent against this cap before the turn started."""

@@ -29,6 +29,8 @@ class CallSite:
     profile: str
     provider: str
     price_override: PriceOverride | None
+    end_user: str = ""
+    """The end user of `owner` the call is billed to ("" for none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,7 @@ def record_call(
     site.store.record_api_call(
         session_id=site.session_id,
         owner=site.owner,
+        end_user=site.end_user,
         turn_id=site.turn_id,
         call=ApiCallRecord(
             profile=site.profile,

@@ -2,10 +2,12 @@
 repair what a crash left open, append the request's new messages, and build the turn.
 
 One request goes: the session the client named (ownership checked), or the stored
-conversation it resends (stateless continuity), or a new one -> the lease -> open calls
-nobody will answer closed -> the new messages appended and chained onto the transcript
-index -> the turn's context, built whole and frozen. All of it is one transaction that
-never awaits: a failure leaves nothing half-made, and the lease is released.
+conversation it resends (stateless continuity; within the session its app's name for the
+conversation points at, when a session header sends one), or a new one -> the lease ->
+open calls nobody will answer closed -> the new messages appended and chained onto the
+transcript index -> the turn's context, built whole and frozen. All of it is one
+transaction that never awaits: a failure leaves nothing half-made, and the lease is
+released.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ from app.db.chat_store import (
     find_continuations,
     index_transcript,
     last_row_id,
+    name_session,
+    named_session,
     put_images,
     retract_after,
 )
@@ -130,12 +134,19 @@ class SessionLifecycle:
         self.prefixes = StablePrefixRegistry()
         self.compressor = Compressor(prefixes=self.prefixes)
 
-    def owned(self, *, owner: str, admin: bool, session_id: str) -> SessionRow:
+    def owned(
+        self, *, owner: str, admin: bool, session_id: str, end_user: str | None = None
+    ) -> SessionRow:
+        """The session, if the caller may continue it. A request acting for an end user
+        reaches only that end user's sessions; one without an end user, any of its key's
+        (the app itself: its end user's turn then runs as that end user)."""
         session = self.store.get_session(session_id=session_id)
-        # Another key's session answers exactly like a missing one: no existence oracle.
+        # Another key's (or end user's) session answers exactly like a missing one: no
+        # existence oracle.
         if (
             session is None
             or (session.owner != owner and not admin)
+            or (end_user is not None and session.end_user != end_user)
             or is_retracted(self.store, session_id=session_id)
         ):
             raise SessionNotFound(session_id)
@@ -149,13 +160,25 @@ class SessionLifecycle:
         """Place the request, append its messages, record the turn: one transaction."""
         refuse_prefill(req, self.profiles.provider(req.profile))
         session = (
-            self.owned(owner=req.owner, admin=req.admin, session_id=req.session_id)
+            self.owned(
+                owner=req.owner,
+                admin=req.admin,
+                session_id=req.session_id,
+                end_user=req.end_user,
+            )
             if req.session_id
             else None
         )
         owner = session.owner if session else req.owner
+        # A named session's end user is the request's, or the request has none and the
+        # session's applies (as the key caps bill the session's owner).
+        end_user = session.end_user if session else req.end_user or ""
         spend = self.spend.guard(
-            req.profile, owner=owner, session=session, request_cap=req.max_cost_usd
+            req.profile,
+            owner=owner,
+            end_user=end_user,
+            session=session,
+            request_cap=req.max_cost_usd,
         )
         if (refusal := spend.check()) is not None:
             raise SpendRefused(refusal)
@@ -179,25 +202,56 @@ class SessionLifecycle:
             lease = self.turns.new_lease(session.id)
             new = req.messages[start:]
             return Placement(session, lease, new, session.transcript_head, session.transcript_len)
-        implicit = req.profile.implicit_sessions and self.implicit_sessions
-        if implicit and (found := self._continuation(req, seed)) is not None:
+        named = self._named(req) if req.chat_name else None
+        if named is not None and (found := self._continuation(req, seed, within=named)):
             return found
-        return self._new_session(req, seed)
+        implicit = req.profile.implicit_sessions and self.implicit_sessions
+        place = (self._continuation(req, seed) if implicit else None) or self._new_session(
+            req, seed
+        )
+        if req.chat_name and named is None:
+            # The name pointed nowhere (or at a session gone since): it names this one now.
+            # A name that points at a live session keeps pointing there: what shares nothing
+            # with it is a side request (Open WebUI's title and tag requests carry the chat's
+            # id too), not the conversation starting over.
+            name_session(
+                self.store,
+                owner=req.owner,
+                end_user=req.end_user or "",
+                name=req.chat_name,
+                session_id=place.session.id,
+            )
+        return place
 
-    def _continuation(self, req: TurnRequest, seed: str) -> Placement | None:
+    def _named(self, req: TurnRequest) -> str | None:
+        """The live session the app's name for this conversation points at, if any."""
+        assert req.chat_name is not None
+        found = named_session(
+            self.store, owner=req.owner, end_user=req.end_user or "", name=req.chat_name
+        )
+        if found is None or is_retracted(self.store, session_id=found):
+            return None
+        return found
+
+    def _continuation(
+        self, req: TurnRequest, seed: str, *, within: str | None = None
+    ) -> Placement | None:
         """The stored conversation this request resends, continued from the longest prefix
         they share; the stored rows past it (an edited or regenerated message, an answer
-        the client only partly heard) are retracted and the client's version recorded."""
+        the client only partly heard) are retracted and the client's version recorded.
+        `within`: only that session, the one the request's conversation name points at."""
         seen = [(i, m.visible) for i, m in enumerate(req.messages) if m.visible is not None]
         # Only an answer of ours in the history identifies a conversation: two chats that
         # merely open with the same words ("hi") are two conversations. A history whose
         # first answer differs from ours (a voice client resends the part it spoke) still
         # carries one, so it continues from the shared opening. (Checked before the lookup:
-        # every first message of a conversation would otherwise pay for one.)
-        if not any(v.role == "assistant" for _, v in seen):
+        # every first message of a conversation would otherwise pay for one.) A named
+        # conversation is identified by its name: a regenerated first answer resends only
+        # the first message, and continues it.
+        if within is None and not any(v.role == "assistant" for _, v in seen):
             return None
         hashes = chain(seed, [v for _, v in seen])
-        candidates = find_continuations(self.store, hashes=hashes)
+        candidates = find_continuations(self.store, hashes=hashes, session_id=within)
         # Longest shared prefix first, but a conversation the request simply extends beats
         # a longer one it would have to rewrite: two look-alike conversations each keep
         # their own next message.
@@ -252,6 +306,7 @@ class SessionLifecycle:
             profile,
             session_id=session_id,
             owner=req.owner,
+            end_user=req.end_user or "",
             started_at=time.time(),
             instructions=req.instructions,
             snapshot=snapshot,
@@ -266,6 +321,7 @@ class SessionLifecycle:
         session = self.store.create_session(
             session_id=session_id,
             owner=req.owner,
+            end_user=req.end_user or "",
             profile=profile.name,
             system_prompt=prompt,
             tool_snapshot=snapshot,
@@ -355,6 +411,7 @@ class SessionLifecycle:
             profile,
             session_id=session.id,
             owner=session.owner,
+            end_user=session.end_user,
             started_at=session.started_at,
             instructions=instructions,
             snapshot=session.tool_snapshot,
@@ -447,6 +504,7 @@ class SessionLifecycle:
             profile=profile,
             session_id=session.id,
             owner=owner,
+            end_user=session.end_user,
             lease=place.lease,
             turn_id=turn_id,
             # A new session's prompt build has just made (or left) its workspace.
@@ -468,6 +526,7 @@ class SessionLifecycle:
                 profile,
                 session_id=session.id,
                 owner=session.owner,
+                end_user=session.end_user,
                 started_at=session.started_at,
                 instructions=tuple(json.loads(session.client_instructions)),
                 snapshot=session.tool_snapshot,

@@ -315,6 +315,7 @@ def record_call(
         profile=ctx.profile.name,
         provider=ctx.profile.provider,
         price_override=ctx.price_override,
+        end_user=ctx.end_user,
     )
     cost = record_call_at(
         site,

@@ -54,6 +54,8 @@ class RelayInput:
     profile: Profile
     ledger_session: str
     owner: str
+    end_user: str
+    """The app's end user ("" for none): the ledger keeps it, its cap counts it."""
     instructions: tuple[str, ...]
     rows: tuple[NewMessage, ...]
     images: Mapping[str, StoredImage]
@@ -110,6 +112,7 @@ async def run_relay(relay: RelayInput, handle: TurnHandle) -> TurnFinished:
         profile=relay.profile.name,
         provider=relay.profile.provider,
         price_override=relay.price_override,
+        end_user=relay.end_user,
     )
     timing = Timing(time.monotonic(), None)
     building = ReplyBuilder()
@@ -175,7 +178,10 @@ def relay_input(
     """A relay turn's whole input: no tools of ours, nothing kept but the usage ledger."""
     refuse_prefill(req, provider)
     profile = req.profile
-    guard = spend.guard(profile, owner=req.owner, session=None, request_cap=req.max_cost_usd)
+    end_user = req.end_user or ""
+    guard = spend.guard(
+        profile, owner=req.owner, end_user=end_user, session=None, request_cap=req.max_cost_usd
+    )
     if (refusal := guard.check()) is not None:
         raise SpendRefused(refusal)
     specs = req.client_tools
@@ -186,6 +192,7 @@ def relay_input(
         profile=profile,
         ledger_session=ledger_session(store, owner=req.owner, profile=profile.name),
         owner=req.owner,
+        end_user=end_user,
         instructions=req.instructions,
         rows=tuple(req.rows()),
         images={i.sha256: i for i in req.images()},

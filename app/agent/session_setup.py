@@ -47,6 +47,7 @@ class SessionSetup:
         *,
         session_id: str,
         owner: str,
+        end_user: str,
         started_at: float,
         instructions: Sequence[str],
         snapshot: str,
@@ -68,14 +69,14 @@ class SessionSetup:
             started_at=started_at,
             tool_names=snapshot_names(snapshot),
             workspace=workspace if look else None,
-            memory=self.memory(owner, profile),
+            memory=self.memory(profile, owner=owner, end_user=end_user),
         ).render()
 
-    def memory(self, owner: str, profile: Profile) -> str:
-        """The principal's notes, frozen into the new session's volatile tier."""
+    def memory(self, profile: Profile, *, owner: str, end_user: str) -> str:
+        """The end user's notes under the key, frozen into the new session's volatile tier."""
         if "memory" not in profile.toolsets:
             return ""
-        return memory_snapshot(self.store, owner=owner)
+        return memory_snapshot(self.store, owner=owner, end_user=end_user)
 
 
 def _ensure_dir(path: Path) -> bool:

@@ -47,10 +47,13 @@ class SpendCaps:
         profile: Profile,
         *,
         owner: str,
+        end_user: str,
         session: SessionRow | None,
         request_cap: Decimal | None,
     ) -> SpendGuard:
-        """Every cap that applies to this turn, with what was spent against it so far."""
+        """Every cap that applies to this turn, with what was spent against it so far.
+        `end_user`: the app's end user the turn is for ("" for none, whom no end-user cap
+        binds: without one the key's own caps are the limit)."""
         s = self.settings
         caps: list[Cap] = []
         if request_cap is not None:
@@ -69,6 +72,9 @@ class SpendCaps:
         if key_daily is not None:
             spent, _ = self.store.spent_by_owner(owner=owner, since=time.time() - DAY_S)
             caps.append(Cap("API key (24h)", key_daily, spent))
+        if s.spend_cap_end_user_usd is not None and end_user:
+            spent, _ = self.store.spent_by_owner(owner=owner, end_user=end_user)
+            caps.append(Cap("end user", s.spend_cap_end_user_usd, spent))
         if not caps:
             return SpendGuard([])
         # Refuse up front when spend cannot be tracked: a cap on an unpriced model would

@@ -89,6 +89,8 @@ class TurnContext:
     """Steering messages sent while the turn runs (see app/agent/steer.py)."""
     gate: ApprovalGate | None = None
     """Where calls that need a human wait; None refuses them (missing state means deny)."""
+    end_user: str = ""
+    """The session's end user under `owner` ("" for none): the tools' and the ledger's scope."""
 
     @property
     def tool_context(self) -> ToolContext:
@@ -97,6 +99,7 @@ class TurnContext:
             session_id=self.session_id,
             workspace=self.workspace,
             owner=self.owner,
+            end_user=self.end_user,
             store=self.store,
             network=p.network,
             terminal_backend=p.terminal_backend,

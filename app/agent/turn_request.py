@@ -64,7 +64,10 @@ class TurnRequest:
     output_format: OutputFormat | None = None
     parallel_tool_calls: bool | None = None
     end_user: str | None = None
-    """The client's `user` / `safety_identifier`: scopes stateless continuity."""
+    """The app's end user (app/protocol/end_users.py): a new session is made for it, and
+    continuity, memory, search and spend are scoped by it under the key."""
+    chat_name: str | None = None
+    """The app's own id for the conversation (a session header): names the session."""
     max_cost_usd: Decimal | None = None
     """The request's own spend cap."""
 

@@ -43,3 +43,18 @@ class SessionImageRow(SQLModel, table=True):
     """Base64 payload of a data URL, or empty when `url` is set."""
     url: str = ""
     created_at: float = Field(default_factory=_now)
+
+
+class NamedChatRow(SQLModel, table=True):
+    """An app's own id for a conversation (Open WebUI's chat id, sent in a session header)
+    and the session it names, per key and end user: the same id sent by another key or
+    another end user names nothing of this one's."""
+
+    __tablename__ = "named_chat"
+
+    owner: str = Field(primary_key=True)
+    end_user: str = Field(primary_key=True)
+    """"" for none, as in `session.end_user`."""
+    name: str = Field(primary_key=True)
+    session_id: str = Field(foreign_key="session.id", index=True)
+    created_at: float = Field(default_factory=_now)

@@ -45,11 +45,15 @@ class StoredImage:
     url: str
 
 
-_FIND = text(
+_SELECT_KEYS = (
     "SELECT k.session_id, k.position, k.last_row_id, k.compactions, s.transcript_len "
-    "FROM transcript_key k JOIN session s ON s.id = k.session_id "
-    "WHERE k.prefix_hash IN :hashes ORDER BY k.position DESC, k.id DESC LIMIT :limit"
-).bindparams(bindparam("hashes", expanding=True))
+    "FROM transcript_key k JOIN session s ON s.id = k.session_id WHERE k.prefix_hash IN :hashes"
+)
+_ORDER = " ORDER BY k.position DESC, k.id DESC LIMIT :limit"
+_FIND = text(_SELECT_KEYS + _ORDER).bindparams(bindparam("hashes", expanding=True))
+_FIND_IN = text(_SELECT_KEYS + " AND k.session_id = :sid" + _ORDER).bindparams(
+    bindparam("hashes", expanding=True)
+)
 
 
 NEWEST_FIRST = 8
@@ -57,9 +61,10 @@ NEWEST_FIRST = 8
 
 
 def find_continuations(
-    store: Store, *, hashes: Sequence[str], limit: int = 16
+    store: Store, *, hashes: Sequence[str], limit: int = 16, session_id: str | None = None
 ) -> list[Continuation]:
-    """Stored conversations sharing a visible prefix with `hashes`, longest first.
+    """Stored conversations sharing a visible prefix with `hashes`, longest first (only
+    `session_id`'s when given: a conversation the request named).
 
     The hashes are rolling (each covers every message before it, and the principal's
     scope), so one indexed IN lookup finds the longest matches without scanning sessions.
@@ -73,17 +78,45 @@ def find_continuations(
     """
     if not hashes:
         return []
-    found = _find(store, hashes[-NEWEST_FIRST:], limit)
+    found = _find(store, hashes[-NEWEST_FIRST:], limit, session_id)
     settled = len(found) == limit or any(c.stored_len == c.position for c in found)
     if len(hashes) <= NEWEST_FIRST or settled:
         return found
-    return _find(store, hashes, limit)
+    return _find(store, hashes, limit, session_id)
 
 
-def _find(store: Store, hashes: Sequence[str], limit: int) -> list[Continuation]:
+def _find(
+    store: Store, hashes: Sequence[str], limit: int, session_id: str | None
+) -> list[Continuation]:
+    params = {"hashes": list(hashes), "limit": limit, "sid": session_id}
     with store.session() as db:
-        rows = db.connection().execute(_FIND, {"hashes": list(hashes), "limit": limit}).all()
+        rows = db.connection().execute(_FIND if session_id is None else _FIND_IN, params).all()
     return [Continuation(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4] or 0)) for r in rows]
+
+
+_NAMED = Hot(
+    "SELECT session_id FROM named_chat WHERE owner = :owner AND end_user = :end_user"
+    " AND name = :name"
+)
+_NAME = Hot(
+    "INSERT INTO named_chat (owner, end_user, name, session_id, created_at)"
+    " VALUES (:owner, :end_user, :name, :sid, :now)"
+    " ON CONFLICT (owner, end_user, name) DO UPDATE SET session_id = excluded.session_id"
+)
+
+
+def named_session(store: Store, *, owner: str, end_user: str, name: str) -> str | None:
+    """The session an app's conversation name points at, under this key and end user."""
+    with store.reader() as conn:
+        found = _NAMED.run(conn, {"owner": owner, "end_user": end_user, "name": name}).fetchone()
+    return None if found is None else str(found[0])
+
+
+def name_session(store: Store, *, owner: str, end_user: str, name: str, session_id: str) -> None:
+    """Point an app's conversation name at a session (replacing where it pointed)."""
+    values = {"owner": owner, "end_user": end_user, "name": name, "sid": session_id}
+    with store.begin() as conn:
+        _NAME.run(conn, values | {"now": time.time()})
 
 
 # Every turn that shows the client something runs these (app/db/raw.py).

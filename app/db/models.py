@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from sqlalchemy import Index
 from sqlmodel import Field, SQLModel
 
 
@@ -13,10 +14,15 @@ def _now() -> float:
 
 class SessionRow(SQLModel, table=True):
     __tablename__ = "session"
+    # Listing a key's sessions, or one end user's, newest first (the sessions API's query).
+    __table_args__ = (Index("ix_session_owner_end_user", "owner", "end_user", "started_at"),)
 
     id: str = Field(primary_key=True)
-    owner: str = Field(index=True)
+    owner: str
     """Fingerprint of the API key that created the session; only it (or an admin) reads it."""
+    end_user: str = Field(default="", sa_column_kwargs={"server_default": ""})
+    """The app's end user the session was made for ("" for none; app/protocol/end_users.py).
+    Fixed at creation: memory, search and spend of every turn in it are that end user's."""
     profile: str
     system_prompt: str
     """Built once when the session starts and reused verbatim, so its bytes never drift."""
@@ -105,13 +111,18 @@ class TurnRow(SQLModel, table=True):
 
 class ApiCallRow(SQLModel, table=True):
     __tablename__ = "api_call"
+    # Spend per key, and per end user of a key (app/agent/spend_caps.py).
+    __table_args__ = (Index("ix_api_call_owner_end_user", "owner", "end_user"),)
 
     id: int | None = Field(default=None, primary_key=True)
     session_id: str = Field(foreign_key="session.id", index=True)
     turn_id: str
     """Not indexed: nothing looks calls up by turn, and the index cost every upstream
     call's insert a B-tree page of its own (about 12 µs of the writer's CPU)."""
-    owner: str = Field(index=True)
+    owner: str
+    end_user: str = Field(default="", sa_column_kwargs={"server_default": ""})
+    """The session's end user, kept with the call so a relay's calls (kept in one ledger
+    session per key) count against the right end user's cap too."""
     profile: str
     upstream_model: str
     input_tokens: int = 0

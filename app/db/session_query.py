@@ -152,10 +152,12 @@ def list_sessions(
     limit: int,
     before: str | None = None,
     include_retracted: bool = False,
+    end_user: str | None = None,
 ) -> tuple[list[SessionSummary], bool]:
     """A page of sessions, newest first, and whether more follow.
 
-    `owner=None` lists every principal's sessions (the admin view). `before` is the id of
+    `owner=None` lists every principal's sessions (the admin view); `end_user` narrows it
+    to one end user's (None: every end user's). `before` is the id of
     the last session of the previous page; ordering is (started_at, id) descending, so
     sessions started in the same instant still page without repeats or gaps.
     """
@@ -163,6 +165,8 @@ def list_sessions(
         query = select(SessionRow)
         if owner is not None:
             query = query.where(SessionRow.owner == owner)
+        if end_user is not None:
+            query = query.where(SessionRow.end_user == end_user)
         if not include_retracted:
             retracted = select(SessionRetractionRow.session_id)
             query = query.where(col(SessionRow.id).not_in(retracted))
@@ -267,15 +271,22 @@ def retract_session(store: Store, *, session_id: str) -> None:
 
 @_forgets_live
 def purge_session(store: Store, *, session_id: str) -> None:
-    """Hard-delete a session's transcript, turns, images, continuity index, todo list and
-    stored responses.
+    """Hard-delete a session's transcript, turns, images, continuity index, todo list,
+    stored responses and the app's names for it.
 
     The session row and its usage ledger stay: spend caps and billing count every call a
     key made, so deleting them would hand a key its budget back. The row keeps no text.
     """
     with Session(store.engine) as db:
         conn = db.connection()
-        for table in ("message", "turn", "response_record", "transcript_key", "session_image"):
+        for table in (
+            "message",
+            "turn",
+            "response_record",
+            "transcript_key",
+            "session_image",
+            "named_chat",
+        ):
             conn.execute(text(f"DELETE FROM {table} WHERE session_id = :sid"), {"sid": session_id})
         todo = db.get(TodoListRow, session_id)
         if todo is not None:

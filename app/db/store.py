@@ -676,6 +676,7 @@ class Store:
         owner: str,
         profile: str,
         system_prompt: str,
+        end_user: str = "",
         tool_snapshot: str = "[]",
         client_tools: str = "[]",
         client_instructions: Sequence[str] = (),
@@ -692,6 +693,7 @@ class Store:
             **SESSION_DEFAULTS,
             "id": session_id,
             "owner": owner,
+            "end_user": end_user,
             "profile": profile,
             "system_prompt": system_prompt,
             "tool_snapshot": tool_snapshot,
@@ -1161,13 +1163,20 @@ class Store:
     # ------------------------------------------------------------------ usage ledger
 
     def record_api_call(
-        self, *, session_id: str, owner: str, turn_id: str, call: ApiCallRecord
+        self,
+        *,
+        session_id: str,
+        owner: str,
+        turn_id: str,
+        call: ApiCallRecord,
+        end_user: str = "",
     ) -> None:
         """One row per upstream call, and the session's roll-up, in one transaction."""
         row = {
             "session_id": session_id,
             "turn_id": turn_id,
             "owner": owner,
+            "end_user": end_user,
             "profile": call.profile,
             "upstream_model": call.upstream_model,
             "input_tokens": call.input_tokens,
@@ -1252,11 +1261,16 @@ class Store:
             ).one()
             return list(rows), int(total)
 
-    def spent_by_owner(self, *, owner: str, since: float | None = None) -> tuple[Decimal, int]:
-        """Known spend and the number of unpriced calls for one API key, optionally windowed."""
+    def spent_by_owner(
+        self, *, owner: str, since: float | None = None, end_user: str | None = None
+    ) -> tuple[Decimal, int]:
+        """Known spend and the number of unpriced calls for one API key (or one end user of
+        it), optionally windowed."""
         self.flush()
         with self._session() as db:
             query = select(ApiCallRow.cost_usd).where(ApiCallRow.owner == owner)
+            if end_user is not None:
+                query = query.where(ApiCallRow.end_user == end_user)
             if since is not None:
                 query = query.where(col(ApiCallRow.created_at) >= since)
             total = Decimal(0)

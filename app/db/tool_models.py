@@ -1,4 +1,5 @@
-"""Tables owned by the stateful tools: memory notes per API principal, a todo list per session.
+"""Tables owned by the stateful tools: memory notes per API principal and end user, a todo
+list per session.
 
 Each holds one small JSON document per key rather than one row per item: the documents are
 capped at a few kilobytes, and a single row lets every change be one locked
@@ -21,6 +22,8 @@ class MemoryRow(SQLModel, table=True):
 
     owner: str = Field(primary_key=True)
     """Fingerprint of the API key the notes belong to (the same value as session.owner)."""
+    end_user: str = Field(default="", primary_key=True, sa_column_kwargs={"server_default": ""})
+    """The key's end user they belong to ("" for none): one end user never reads another's."""
     notes: str = "[]"
     """JSON list of note strings, in the order they were added."""
     updated_at: float = Field(default_factory=_now)

@@ -18,6 +18,7 @@ from sqlmodel import Session, col, select
 
 from app.db.models import MessageRow, SessionRow
 from app.db.raw import Hot
+from app.db.search_index import scope_tag
 from app.db.store import Store
 
 
@@ -107,13 +108,16 @@ def search_sessions(
     store: Store,
     *,
     owner: str,
+    end_user: str | None,
     terms: Sequence[str],
     limit: int,
     any_term: bool = False,
     before: int = 1,
     after: int = 1,
 ) -> list[SearchHit]:
-    """The best-ranked message per session among `owner`'s sessions, best sessions first.
+    """The best-ranked message per session among `owner`'s sessions, best sessions first:
+    only `end_user`'s ("" for the sessions made without an end user), or every end user's
+    of the key when it is None.
 
     Live and compacted rows match; retracted rows (active=0, compacted=0) neither match nor
     appear in a window, since retraction means the message should not have existed.
@@ -123,15 +127,16 @@ def search_sessions(
     if not terms or limit < 1:
         return []
     store.searchable()  # the newest messages are indexed in batches: catch up first
-    # The terms only ever match the text columns; the owner's token narrows the rows
-    # inside the index, before anything is ranked.
+    # The terms only ever match the text columns; the scope's token narrows the rows inside
+    # the index, before anything is ranked. Every end user's tag starts with the key's.
     match = "{content api_content} : (" + _match_expression(terms, any_term=any_term) + ")"
-    owned = f'owner_tag : "{owner.encode().hex().upper()}" AND {match}'
+    tag = f'"{scope_tag(owner, end_user or "")}"' + (" *" if end_user is None else "")
+    owned = f"owner_tag : {tag} AND {match}"
     with Session(store.engine) as db:
         conn = db.connection()
         # Best hit per session in SQL, so one chatty session cannot crowd the others out
         # of a candidate list before deduplication. Ties go to the most recent message.
-        # `s.owner = :owner` stays the authority; the owner token is only the fast path.
+        # The session's owner and end user stay the authority; the tag is the fast path.
         best = conn.execute(
             text(
                 "WITH matched AS ("
@@ -142,7 +147,8 @@ def search_sessions(
                 " FROM matched"
                 " JOIN message m ON m.id = matched.id"
                 " JOIN session s ON s.id = m.session_id"
-                " WHERE s.owner = :owner AND (m.active = 1 OR m.compacted = 1)"
+                " WHERE s.owner = :owner AND (:any_user OR s.end_user = :end_user)"
+                " AND (m.active = 1 OR m.compacted = 1)"
                 "), ranked AS ("
                 " SELECT id, session_id, score, ROW_NUMBER() OVER ("
                 "  PARTITION BY session_id ORDER BY score, id DESC) AS rn"
@@ -150,7 +156,13 @@ def search_sessions(
                 ") SELECT id, session_id FROM ranked WHERE rn = 1"
                 " ORDER BY score, id DESC LIMIT :limit"
             ),
-            {"owned": owned, "owner": owner, "limit": limit},
+            {
+                "owned": owned,
+                "owner": owner,
+                "any_user": end_user is None,
+                "end_user": end_user or "",
+                "limit": limit,
+            },
         ).all()
         if not best:
             return []
@@ -211,12 +223,15 @@ def search_sessions(
 
 
 # A tool call's own reads and writes, on the DBAPI cursor like the turn's (app/db/raw.py).
-_NOTES = Hot("SELECT notes FROM memory WHERE owner = :owner")
+_NOTES = Hot("SELECT notes FROM memory WHERE owner = :owner AND end_user = :end_user")
 _OPEN_NOTES = Hot(
-    "INSERT INTO memory (owner, notes, updated_at) VALUES (:owner, '[]', :now)"
-    " ON CONFLICT (owner) DO NOTHING"
+    "INSERT INTO memory (owner, end_user, notes, updated_at)"
+    " VALUES (:owner, :end_user, '[]', :now) ON CONFLICT (owner, end_user) DO NOTHING"
 )
-_SET_NOTES = Hot("UPDATE memory SET notes = :notes, updated_at = :now WHERE owner = :owner")
+_SET_NOTES = Hot(
+    "UPDATE memory SET notes = :notes, updated_at = :now"
+    " WHERE owner = :owner AND end_user = :end_user"
+)
 _TODO = Hot("SELECT items, next_id FROM todo_list WHERE session_id = :sid")
 _OPEN_TODO = Hot(
     "INSERT INTO todo_list (session_id, items, next_id, updated_at)"
@@ -228,10 +243,11 @@ _SET_TODO = Hot(
 )
 
 
-def memory_notes(store: Store, *, owner: str) -> list[str]:
-    """Read when every new session is made (its prompt freezes them): a hot statement."""
+def memory_notes(store: Store, *, owner: str, end_user: str) -> list[str]:
+    """One end user's notes under one key ("" for none): read when every new session is
+    made (its prompt freezes them), so a hot statement."""
     with store.reader() as conn:
-        row = _NOTES.run(conn, {"owner": owner}).fetchone()
+        row = _NOTES.run(conn, {"owner": owner, "end_user": end_user}).fetchone()
     return _decode_notes(row[0]) if row is not None else []
 
 
@@ -241,21 +257,23 @@ def _decode_notes(raw: str) -> list[str]:
 
 
 def update_memory(
-    store: Store, *, owner: str, change: Callable[[list[str]], list[str]]
+    store: Store, *, owner: str, end_user: str, change: Callable[[list[str]], list[str]]
 ) -> list[str]:
-    """Apply `change` to the owner's notes atomically and return the stored result.
+    """Apply `change` to one end user's notes under one key atomically and return the
+    stored result.
 
     `change` runs while this transaction holds SQLite's write lock (the upsert comes
     first), so a cap it checks cannot be overtaken by a concurrent write; whatever it
     raises propagates unchanged, and nothing is written but, when the owner had no row,
     the empty one the upsert made (it reads as no notes; outside a unit it rolls back too).
     """
+    scope = {"owner": owner, "end_user": end_user}
     with store.begin() as conn:
-        _OPEN_NOTES.run(conn, {"owner": owner, "now": time.time()})
-        [raw] = _NOTES.run(conn, {"owner": owner}).fetchone()
+        _OPEN_NOTES.run(conn, scope | {"now": time.time()})
+        [raw] = _NOTES.run(conn, scope).fetchone()
         notes = change(_decode_notes(raw))
         encoded = json.dumps(notes, ensure_ascii=False)
-        _SET_NOTES.run(conn, {"owner": owner, "notes": encoded, "now": time.time()})
+        _SET_NOTES.run(conn, scope | {"notes": encoded, "now": time.time()})
     return list(notes)
 
 

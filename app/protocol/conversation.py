@@ -23,6 +23,7 @@ from app.agent.turn_request import IncomingMessage, TurnRequest
 from app.config import Profile
 from app.db.chat_store import StoredImage
 from app.db.store import NewMessage
+from app.protocol.end_users import OnBehalf
 from app.protocol.errors import ApiError
 from app.protocol.openai import ChatCompletionRequest, ChatMessageIn
 from app.providers.base import OutputFormat, SamplingParams, ToolChoice, ToolSpec
@@ -71,6 +72,7 @@ def turn_request(
     admin: bool,
     session_id: str | None,
     profile: Profile,
+    on_behalf: OnBehalf,
 ) -> TurnRequest:
     messages = request.messages
     n = 0
@@ -88,7 +90,8 @@ def turn_request(
         sampling=sampling(request),
         output_format=output_format(request),
         parallel_tool_calls=request.parallel_tool_calls,
-        end_user=request.user or request.safety_identifier,
+        end_user=on_behalf.end_user,
+        chat_name=on_behalf.chat,
         max_cost_usd=Decimal(str(request.max_cost_usd))
         if request.max_cost_usd is not None
         else None,

@@ -71,6 +71,7 @@ class ResponseCreateRequest(_Lenient):
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
     reasoning: dict[str, Any] | None = None
     user: str | None = None
+    safety_identifier: str | None = None
     max_cost_usd: float | None = Field(default=None, ge=0)
     """Courier extension: a spend cap for this response, in USD."""
 
@@ -332,6 +333,7 @@ def chat_body(request: ResponseCreateRequest, messages: list[dict[str, Any]]) ->
         ("max_completion_tokens", request.max_output_tokens),
         ("max_cost_usd", request.max_cost_usd),
         ("user", request.user),
+        ("safety_identifier", request.safety_identifier),
     ):
         if value is not None:
             body[name] = value
@@ -502,6 +504,8 @@ class ResponseShell:
         }
         if r.user is not None:  # optional but not nullable in the spec
             body["user"] = r.user
+        if r.safety_identifier is not None:
+            body["safety_identifier"] = r.safety_identifier
         if usage is not None:
             body["usage"] = usage
         # Courier extension: the session this response lives in (the SDKs ignore it).

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
+from app.protocol import end_users
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.limits import load_json_body, parse_off_loop
 from app.protocol.openai import ChatCompletionRequest
@@ -81,6 +82,9 @@ async def chat_completions(request: Request) -> Response:
             "this token is bound to one session; send its id in X-Session-Id",
             code="token_session_mismatch",
         )
+    on_behalf = end_users.on_behalf(
+        request.headers, state.settings, user=chat.user, safety_identifier=chat.safety_identifier
+    )
     profile = state.chat.resolve_profile(chat.model)
     strategy = busy_strategy(request, profile)
     on_disconnect = disconnect_policy(request, profile)
@@ -88,7 +92,13 @@ async def chat_completions(request: Request) -> Response:
     try:
         started = await start_when_free(
             state,
-            lambda: state.chat.start(chat, principal, session_id, retry=retry_of(request, body)),
+            lambda: state.chat.start(
+                chat,
+                principal,
+                session_id,
+                retry=retry_of(request, body),
+                on_behalf=on_behalf,
+            ),
             strategy,
             steer_text(chat) if strategy == "steer" else None,
         )

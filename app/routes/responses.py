@@ -15,6 +15,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
 from app.agent.turns import SessionBusy
 from app.db.session_models import ResponseRow
+from app.protocol import end_users
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.limits import load_json_object
 from app.protocol.refusals import turn_error_status
@@ -77,10 +78,13 @@ async def create_response(request: Request) -> Response:
     principal = authenticate(request, state, CHAT)
     raw = await read_limited_body(request, state.settings.max_body_bytes)
     body = parse_request(raw)
+    on_behalf = end_users.on_behalf(
+        request.headers, state.settings, user=body.user, safety_identifier=body.safety_identifier
+    )
     slot = turn_slot(state, principal)
     try:
         run = await serving(state).start(
-            body, principal, retry=retry_of(request, b"responses\n" + raw)
+            body, principal, retry=retry_of(request, b"responses\n" + raw), on_behalf=on_behalf
         )
     except ResponseNotFound as exc:
         slot.release()

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Query, Request
 from app.db import session_query as q
 from app.db.models import SessionRow
 from app.db.tool_store import fts_terms, search_sessions
+from app.protocol.end_users import MAX_CHARS, listing_scope
 from app.protocol.errors import ApiError
 from app.protocol.limits import load_json_object
 from app.routes.deps import PrincipalDep, ReaderDep, StateDep
@@ -25,6 +26,7 @@ from app.state import AppState
 router = APIRouter()
 
 Limit = Annotated[int, Query(ge=1, le=100)]
+EndUserQuery = Annotated[str | None, Query(max_length=MAX_CHARS)]
 
 
 def _not_found(session_id: str) -> ApiError:
@@ -65,6 +67,7 @@ def session_json(state: AppState, summary: q.SessionSummary) -> dict[str, Any]:
         "object": "courier.session",
         "title": summary.title,
         "profile": s.profile,
+        "user": s.end_user or None,
         "created_at": int(s.started_at),
         "last_active_at": int(s.updated_at),
         "turns": summary.turns,
@@ -81,20 +84,24 @@ def _service(state: AppState) -> SessionService:
 
 @router.get("/v1/sessions")
 async def list_sessions(
+    request: Request,
     state: StateDep,
     principal: ReaderDep,
     limit: Limit = 20,
     cursor: str | None = None,
     after: str | None = None,
+    user: EndUserQuery = None,
 ) -> dict[str, Any]:
     """Newest first. `cursor` (or `after`) is the previous page's `next_cursor`. An admin
-    key lists every principal's sessions, retracted ones included."""
+    key lists every principal's sessions, retracted ones included. `user` lists one end
+    user's; a request whose headers name an end user lists only that one's."""
     rows, more = q.list_sessions(
         state.store,
         owner=None if principal.admin else principal.owner,
         limit=limit,
         before=cursor or after,
         include_retracted=principal.admin,
+        end_user=listing_scope(request.headers, state.settings, requested=user),
     )
     # A token bound to one session lists only that one.
     rows = [r for r in rows if visible_to(principal, r.session)]
@@ -110,20 +117,29 @@ async def list_sessions(
 
 @router.get("/v1/sessions/search")
 async def search(
+    request: Request,
     state: StateDep,
     principal: ReaderDep,
     q_: Annotated[str, Query(alias="q", min_length=1, max_length=1000)],
     limit: Annotated[int, Query(ge=1, le=50)] = 10,
+    user: EndUserQuery = None,
 ) -> dict[str, Any]:
     """Full text over the caller's own sessions (an admin searches only its own too: this
-    is recall, not surveillance). Retracted rows never match."""
+    is recall, not surveillance), narrowed to one end user's as the listing is. Retracted
+    rows never match."""
     terms = fts_terms(q_)
     if not terms:
         raise ApiError(400, "q has no searchable words", param="q", code="invalid_query")
+    end_user = listing_scope(request.headers, state.settings, requested=user)
     # Off the loop: it waits for the index to catch up on the writer thread, and a common
     # term's ranking at a million rows takes milliseconds.
     hits = await asyncio.to_thread(
-        search_sessions, state.store, owner=principal.owner, terms=terms, limit=limit
+        search_sessions,
+        state.store,
+        owner=principal.owner,
+        end_user=end_user,
+        terms=terms,
+        limit=limit,
     )
     if principal.session_id is not None:
         hits = [h for h in hits if h.session_id == principal.session_id]

@@ -1,4 +1,5 @@
-"""memory: a few small notes per API principal that carry over into later sessions.
+"""memory: a few small notes per API principal and end user that carry over into later
+sessions (one end user of a shared key never reads or writes another's).
 
 The notes reach the model through `memory_snapshot`, taken once when a session starts and
 placed in the system prompt's volatile tier. Writes persist immediately but never rewrite
@@ -17,20 +18,21 @@ from app.tools.registry import Tool, ToolContext, ToolError
 from app.tools.session_search import require_owner, require_store
 
 MEMORY_CHAR_CAP = 2_200
-"""Total characters across one principal's notes: the snapshot rides in every prompt."""
+"""Total characters across one end user's notes: the snapshot rides in every prompt."""
 _OPEN = "<memory>"
 _CLOSE = "</memory>"
 ACTIONS = ("add", "replace", "remove", "list")
 
 
-def memory_snapshot(store: Store, *, owner: str) -> str:
-    """The owner's notes as a frozen text block for the system prompt, or "" when none.
+def memory_snapshot(store: Store, *, owner: str, end_user: str) -> str:
+    """One end user's notes under the key ("" for none) as a frozen text block for the
+    system prompt, or "" when none.
 
     Call it once at session start and keep the result with the session: it is a snapshot,
     so notes written during the session appear in the NEXT session's block and never
     rewrite the current prompt. The same notes always give the same bytes.
     """
-    notes = memory_notes(store, owner=owner) if owner else []
+    notes = memory_notes(store, owner=owner, end_user=end_user) if owner else []
     if not notes:
         return ""
     body = "\n".join("- " + note.replace("\n", "\n  ") for note in notes)
@@ -96,8 +98,9 @@ def _memory(args: dict[str, Any], ctx: ToolContext) -> str:
     action = args.get("action")
     if action not in ACTIONS:
         raise ToolError(f"action must be one of: {', '.join(ACTIONS)}")
+    scope = {"owner": owner, "end_user": ctx.end_user}
     if action == "list":
-        return render(memory_notes(store, owner=owner), status="Saved notes.")
+        return render(memory_notes(store, **scope), status="Saved notes.")
     status = ""
 
     def change(notes: list[str]) -> list[str]:
@@ -124,7 +127,7 @@ def _memory(args: dict[str, Any], ctx: ToolContext) -> str:
         _check_cap(notes, after)
         return after
 
-    return render(update_memory(store, owner=owner, change=change), status=status)
+    return render(update_memory(store, **scope, change=change), status=status)
 
 
 async def memory(args: dict[str, Any], ctx: ToolContext) -> str:

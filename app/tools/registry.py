@@ -33,6 +33,9 @@ class ToolContext:
     workspace: Path
     owner: str = ""
     """The API principal's fingerprint: memory and session search are scoped to it."""
+    end_user: str = ""
+    """The session's end user under that key ("" for none): memory and session search see
+    only this end user's records, never another's (app/protocol/end_users.py)."""
     store: Store | None = None
     network: bool = False
     """Whether the profile lets tools reach the network (terminal sandbox, web_fetch)."""

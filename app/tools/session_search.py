@@ -1,14 +1,16 @@
 """session_search: full-text recall over the caller's own past and present sessions.
 
 No model call: the answer is the index's best hit per session with a little surrounding
-context, cheap enough to use freely. Only sessions created by the same API principal are
-searched, and retracted messages never surface, not even as context around a hit.
+context, cheap enough to use freely. Only sessions created by the same API principal for
+the same end user are searched (a session without an end user searches only those without
+one), and retracted messages never surface, not even as context around a hit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import Any
 
 from app.db.store import Store
@@ -91,13 +93,16 @@ def _search(args: dict[str, Any], ctx: ToolContext) -> str:
     terms = fts_terms(query[:MAX_QUERY_CHARS])
     if not terms:
         raise ToolError("the query has no searchable words (search syntax is not supported)")
-    hits = search_sessions(store, owner=owner, terms=terms, limit=limit)
+    search = partial(
+        search_sessions, store, owner=owner, end_user=ctx.end_user, terms=terms, limit=limit
+    )
+    hits = search()
     any_term = False
     if not hits and len(terms) > 1:
         # Terms are ANDed first for precision; a miss falls back to any term, ranked by
         # bm25 so rows matching more terms still come first.
         any_term = True
-        hits = search_sessions(store, owner=owner, terms=terms, limit=limit, any_term=True)
+        hits = search(any_term=True)
     return render(hits, terms=terms, current_session=ctx.session_id, any_term=any_term)
 
 
@@ -108,8 +113,8 @@ async def session_search(args: dict[str, Any], ctx: ToolContext) -> str:
 SESSION_SEARCH = Tool(
     name="session_search",
     description=(
-        "Search the text of your earlier conversations (all sessions opened with the same "
-        "API key, including parts already summarised away). Plain words only: all words "
+        "Search the text of your earlier conversations with this user (including parts "
+        "already summarised away). Plain words only: all words "
         "must match, falling back to any word. Returns the best match per session with the "
         "messages around it."
     ),

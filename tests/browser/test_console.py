@@ -213,6 +213,36 @@ def test_sessions_view_lists_cost_and_search_finds_a_transcript(
     assert page.errors == []
 
 
+def test_sessions_view_filters_by_end_user(
+    page: Any, server: Server, simulator: Simulator, seeded: dict[str, str]
+) -> None:
+    simulator.reset()
+    simulator.script([{"reply": {"text": "Otters hold hands while they sleep."}}])
+    otters = httpx.post(
+        f"{server.base_url}/v1/chat/completions",
+        headers=server.headers(),
+        json={
+            "model": "courier",
+            "messages": [{"role": "user", "content": "Tell me about otters"}],
+            "user": "olive",
+        },
+        timeout=90,
+    )
+    assert otters.status_code == 200, otters.text
+    sign_in(page, server)
+    page.get_by_role("table").wait_for()
+    row = page.get_by_role("row").filter(has_text="Tell me about otters")
+    assert "olive" in row.inner_text()
+    page.get_by_label("End user").fill("olive")
+    page.get_by_role("button", name="Filter").click()
+    page.get_by_role("heading", name="Sessions of olive").wait_for()
+    rows = page.locator("table.sessions tbody tr")
+    assert rows.count() == 1 and "Tell me about otters" in rows.first.inner_text()
+    assert page.evaluate("() => location.hash") == "#/sessions/olive"
+    shot(page, "04b-sessions-of-an-end-user")
+    assert page.errors == []
+
+
 def test_transcript_shows_the_tool_call_its_result_and_the_cost(
     page: Any, server: Server, seeded: dict[str, str]
 ) -> None:

@@ -157,26 +157,45 @@ function show(...nodes) {
 
 // -- sessions -------------------------------------------------------------------------------
 
-async function sessionsView() {
+// One key often serves many people (an app's end users, `user` on each session): the view
+// filters by one of them, and the filter lives in the address (#/sessions/<user>).
+function sessionsHref(user) {
+  return user ? `#/sessions/${encodeURIComponent(user)}` : "#/sessions";
+}
+
+function userParam(user) {
+  return user ? `&user=${encodeURIComponent(user)}` : "";
+}
+
+async function sessionsView(user) {
+  const filter = h(
+    "form",
+    { onsubmit: (e) => { e.preventDefault(); location.hash = sessionsHref(who.value.trim()); } },
+    h("label", { for: "end-user" }, "End user"),
+    h("input", { id: "end-user", type: "search", name: "user", value: user || null,
+      placeholder: "every end user" }),
+    h("button", { type: "submit" }, "Filter"),
+  );
+  const who = filter.querySelector("input");
   const form = h(
     "form",
-    { role: "search", onsubmit: (e) => { e.preventDefault(); searchSessions(query.value); } },
+    { role: "search", onsubmit: (e) => { e.preventDefault(); searchSessions(query.value, user); } },
     h("label", { for: "search" }, "Search transcripts"),
     h("input", { id: "search", type: "search", name: "q", placeholder: "words from any message" }),
     h("button", { type: "submit" }, "Search"),
   );
   const query = form.querySelector("input");
   const results = h("div", { id: "results" });
-  show(h("h2", {}, "Sessions"), form, results);
+  show(h("h2", {}, user ? `Sessions of ${user}` : "Sessions"), filter, form, results);
   status("Loading sessions…");
-  const page = await api("/v1/sessions?limit=50");
-  results.replaceChildren(sessionsTable(page.data, page.has_more));
+  const page = await api(`/v1/sessions?limit=50${userParam(user)}`);
+  results.replaceChildren(sessionsTable(page.data, page.has_more, user));
   status(`${page.data.length} session(s)${page.has_more ? ", more available" : ""}.`);
 }
 
-function sessionsTable(rows, hasMore) {
-  if (!rows.length) return h("p", { class: "muted" }, "No sessions yet.");
-  const head = ["Session", "Profile", "Last activity", "Turns", "Cost", "Cache savings"];
+function sessionsTable(rows, hasMore, user) {
+  if (!rows.length) return h("p", { class: "muted" }, user ? "No sessions for this end user." : "No sessions yet.");
+  const head = ["Session", "End user", "Profile", "Last activity", "Turns", "Cost", "Cache savings"];
   const numeric = new Set(["Turns", "Cost", "Cache savings"]);
   return h(
     "table",
@@ -194,6 +213,8 @@ function sessionsTable(rows, hasMore) {
           h("td", { class: "title", "data-label": "Session" },
             h("a", { href: `#/session/${encodeURIComponent(s.id)}` }, s.title || "(untitled)"),
             h("div", { class: "muted" }, h("code", {}, s.id))),
+          h("td", { "data-label": "End user" },
+            s.user ? h("a", { href: sessionsHref(s.user) }, s.user) : h("span", { class: "muted" }, "none")),
           h("td", { "data-label": "Profile" }, s.profile),
           h("td", { "data-label": "Last activity" }, when(s.last_active_at)),
           h("td", { class: "num", "data-label": "Turns" }, s.turns),
@@ -205,11 +226,11 @@ function sessionsTable(rows, hasMore) {
   );
 }
 
-async function searchSessions(q) {
+async function searchSessions(q, user) {
   const results = $("results");
-  if (!q.trim()) return sessionsView();
+  if (!q.trim()) return sessionsView(user);
   status("Searching…");
-  const found = await api(`/v1/sessions/search?q=${encodeURIComponent(q)}`).catch((err) => {
+  const found = await api(`/v1/sessions/search?q=${encodeURIComponent(q)}${userParam(user)}`).catch((err) => {
     status(explain(err), true);
     return null;
   });
@@ -249,6 +270,7 @@ async function transcriptView(sessionId) {
     h("h2", {}, session.title || "(untitled session)"),
     h("div", { class: "card" }, h("dl", { class: "facts" },
       fact("Session", session.id),
+      fact("End user", session.user || "none"),
       fact("Profile", session.profile),
       fact("Last activity", when(session.last_active_at)),
       fact("Turns", session.turns),
