@@ -377,6 +377,9 @@ def test_a_session_bound_token_reaches_only_its_session(server: Server, sim: Sim
     unbound = _chat(server, sim, token)
     assert unbound.status_code == 403
     assert unbound.json()["error"]["code"] == "token_session_mismatch"
+    # Another session of the same key answers as a missing one (tests/test_bindings.py: all routes).
+    foreign = _chat(server, sim, token, **{"X-Session-Id": other})
+    assert foreign.status_code == 404 and foreign.json()["error"]["code"] == "session_not_found"
     assert _chat(server, sim, token, **{"X-Session-Id": mine}).status_code == 200
     # Binding to someone else's session is refused like a missing one.
     chatter_session = _chat(server, sim, KEYS["chatter"]).headers["X-Session-Id"]

@@ -112,8 +112,10 @@ def search_sessions(
     any_term: bool = False,
     before: int = 1,
     after: int = 1,
+    session_id: str | None = None,
 ) -> list[SearchHit]:
-    """The best-ranked message per session among `owner`'s sessions, best sessions first.
+    """The best-ranked message per session among `owner`'s sessions (or only in
+    `session_id`, one of them), best sessions first.
 
     Live and compacted rows match; retracted rows (active=0, compacted=0) neither match nor
     appear in a window, since retraction means the message should not have existed.
@@ -143,6 +145,7 @@ def search_sessions(
                 " JOIN message m ON m.id = matched.id"
                 " JOIN session s ON s.id = m.session_id"
                 " WHERE s.owner = :owner AND (m.active = 1 OR m.compacted = 1)"
+                " AND (:session_id IS NULL OR s.id = :session_id)"
                 "), ranked AS ("
                 " SELECT id, session_id, score, ROW_NUMBER() OVER ("
                 "  PARTITION BY session_id ORDER BY score, id DESC) AS rn"
@@ -150,7 +153,7 @@ def search_sessions(
                 ") SELECT id, session_id FROM ranked WHERE rn = 1"
                 " ORDER BY score, id DESC LIMIT :limit"
             ),
-            {"owned": owned, "owner": owner, "limit": limit},
+            {"owned": owned, "owner": owner, "limit": limit, "session_id": session_id},
         ).all()
         if not best:
             return []
