@@ -101,7 +101,7 @@ class ChatServing:
     ) -> StartedTurn:
         """Refuse what cannot run before writing anything, then start (or reattach) the turn."""
         try:
-            async with self.twins.opening(principal.owner, retry):
+            async with self.twins.opening(principal.replay_scope, retry):
                 return await self._start(request, principal, session_id, retry)
         except Refused as refused:
             raise api_error(refused) from None
@@ -126,7 +126,8 @@ class ChatServing:
         profile = self.profiles.resolve(request.model)
         provider = self.profiles.provider(profile)
         ignored = tuple(ignored_fields(request, passthrough=provider.passthrough))
-        if (seen := self.twins.find(principal.owner, retry)) is not None:
+        scope = principal.replay_scope
+        if (seen := self.twins.find(scope, retry)) is not None:
             return StartedTurn(seen, seen.session_id, profile, ignored)
         translate = partial(
             turn_request,
@@ -144,22 +145,22 @@ class ChatServing:
             handle = self.turns.start_task(
                 relay.ledger_session, lambda h: run_relay(relay, h), profile=profile.name
             )
-            self.twins.record_start(handle, principal.owner, retry, session_id=handle.session_id)
+            self.twins.record_start(handle, scope, retry, session_id=handle.session_id)
         else:
-            handle = await self._open(req, retry)
-        self.twins.remember(handle, principal.owner, retry)
+            handle = await self._open(req, retry, scope)
+        self.twins.remember(handle, scope, retry)
         return StartedTurn(handle, handle.session_id, profile, ignored)
 
-    async def _open(self, req: TurnRequest, retry: Retry) -> TurnHandle:
+    async def _open(self, req: TurnRequest, retry: Retry, scope: str) -> TurnHandle:
         """Open the turn on the store's writer thread (its first transaction, with a keyed
-        turn's durable record), then run it."""
+        turn's durable record under the principal's replay `scope`), then run it."""
         handle = self.turns.new_handle()
 
         def open_turn() -> OpenedTurn:
             with self.store.unit():
                 opened = self.sessions.open(req, turn_id=handle.turn_id, emit=handle.publish)
                 session_id = opened.context.session_id
-                self.twins.record_start(handle, req.owner, retry, session_id=session_id)
+                self.twins.record_start(handle, scope, retry, session_id=session_id)
                 return opened
 
         opening = asyncio.ensure_future(self.store.off_loop(open_turn, first=True))

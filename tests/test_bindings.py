@@ -4,8 +4,8 @@ Two sessions of one key, S1 and S2, each with a stored response and a standing g
 also with a keyed turn and, while the checks run, a turn waiting on a pending approval.
 Tokens bound to S2 (minted by the key, and by the admin key with the admin scope) get, for
 each of S1's resources on each route, the 404 the key itself gets for an id that does not
-exist; lists leave S1 out; none of it stops, decides, revokes or deletes anything. S2's
-resources still work with the token.
+exist; lists leave S1 out; none of it stops, decides, revokes or deletes anything; a
+replay of S1's request is a new request of S2's. S2's resources still work with the token.
 
 The table below names every route a real `create_app` registers: a route missing from it
 fails `test_every_route_is_in_the_table`, so a new route is covered or the suite says so.
@@ -461,6 +461,59 @@ def test_a_bound_token_gets_404_on_every_route_of_another_session(
             key.post(f"/v1/approvals/{s1.approval}", json={"decision": "deny"})
         turn.join()
     assert not problems, "\n".join(problems)
+
+
+def test_a_replay_of_another_sessions_request_is_a_fresh_turn_of_its_own(
+    world: World, simulator: Simulator
+) -> None:
+    """Not S1's completion, not a 404 or a 409 (either would tell the token that S1 used
+    that key), and not S1's record overwritten: a token's keys and retries are its
+    session's own, so the replay is a new question in S2."""
+    server, s1, s2 = world.server, world.s1, world.s2
+    upstream = len(simulator.requests())
+    simulator.script(
+        [
+            {"reply": {"text": "fresh in s2"}},
+            {"reply": {"text": "asked in s1"}},
+            {"reply": {"text": "fresh again in s2"}},
+        ]
+    )
+    with _key(server) as key, _key(server, world.tokens["its key"]) as bound:
+        keyed = {"X-Session-Id": s2.session, "Idempotency-Key": "key-s1"}
+        replay = bound.post("/v1/chat/completions", json=world.keyed_body, headers=keyed)
+        assert replay.status_code == 200, replay.text
+        assert replay.json()["id"] != world.keyed_answer["id"]
+        assert replay.json()["choices"][0]["message"]["content"] == "fresh in s2"
+        assert replay.headers["X-Session-Id"] == s2.session
+        own = {"X-Session-Id": s1.session, "Idempotency-Key": "key-s1"}
+        again = key.post("/v1/chat/completions", json=world.keyed_body, headers=own)
+        assert again.json() == world.keyed_answer  # the key's record was not overwritten
+
+        # The SDK's retry counter on a byte-identical body, moments after S1 asked it.
+        body = {"model": "courier", "messages": [{"role": "user", "content": "asked twice"}]}
+        first = key.post("/v1/chat/completions", json=body, headers={"X-Session-Id": s1.session})
+        assert first.status_code == 200, first.text
+        retried = bound.post(
+            "/v1/chat/completions",
+            json=body,
+            headers={"X-Session-Id": s2.session, "x-stainless-retry-count": "1"},
+        )
+        assert retried.status_code == 200, retried.text
+        assert retried.json()["id"] != first.json()["id"]
+        assert retried.json()["choices"][0]["message"]["content"] == "fresh again in s2"
+        assert retried.headers["X-Session-Id"] == s2.session
+    simulator.assert_script_done()
+
+    # From the database after a restart: each still gets its own.
+    server.stop()
+    server.start()
+    with _key(server) as key, _key(server, world.tokens["its key"]) as bound:
+        replayed = bound.post("/v1/chat/completions", json=world.keyed_body, headers=keyed)
+        assert replayed.json() == replay.json()
+        assert key.post("/v1/chat/completions", json=world.keyed_body, headers=own).json() == (
+            world.keyed_answer
+        )
+    assert len(simulator.requests()) == upstream + 3  # nothing ran again
 
 
 def test_the_bound_token_still_reaches_its_own_session(world: World, simulator: Simulator) -> None:

@@ -68,6 +68,14 @@ class Principal:
             return False
         return self.admin or (owner == self.owner and not retracted)
 
+    @property
+    def replay_scope(self) -> str:
+        """Whose earlier requests an Idempotency-Key or a retry of this principal may find.
+        A key's requests share one scope; a bound token's are its session's alone, so it
+        cannot replay another session's request into that session's answer (nor overwrite
+        that session's record of the key)."""
+        return self.owner if self.session_id is None else f"{self.owner}/{self.session_id}"
+
 
 def fingerprint(key: str) -> str:
     return fingerprint_of_digest(hashlib.sha256(key.encode()).hexdigest())
