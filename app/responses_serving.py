@@ -84,10 +84,13 @@ class ResponsesServing:
         self, principal: Principal, response_id: str, param: str | None = None
     ) -> ResponseRow:
         row = q.get_response(self.store, response_id=response_id)
-        # Another key's response answers exactly like a missing one.
-        foreign = row is not None and row.owner != principal.owner and not principal.admin
-        unbound = row is not None and principal.session_id not in (None, row.session_id)
-        if row is None or row.retracted or foreign or unbound:
+        # Another key's response, or another session's for a bound token, answers exactly
+        # like a missing one.
+        if (
+            row is None
+            or row.retracted
+            or not principal.may_see(session_id=row.session_id, owner=row.owner)
+        ):
             raise ResponseNotFound(response_id, param)
         return row
 
@@ -104,9 +107,6 @@ class ResponsesServing:
             log.info("responses: ignoring unsupported request fields: %s", ", ".join(ignored))
         translated = input_messages(request)
         session_id = self._continued_session(request, principal, on_behalf.end_user)
-        if principal.session_id is not None and session_id != principal.session_id:
-            # A token bound to one session may not start (or fork into) another.
-            raise TokenSessionMismatch(principal.session_id)
         first = q.max_message_id(self.store, session_id=session_id) + 1 if session_id else 0
         try:
             chat = ChatCompletionRequest.model_validate(chat_body(request, translated.messages))
@@ -151,6 +151,8 @@ class ResponsesServing:
         self, request: ResponseCreateRequest, principal: Principal, end_user: str | None
     ) -> str | None:
         if request.previous_response_id is None:
+            if principal.session_id is not None:
+                raise TokenSessionMismatch(principal.session_id)  # it would start a session
             return None
         previous = self.owned(principal, request.previous_response_id, "previous_response_id")
         if end_user is not None:
@@ -161,6 +163,9 @@ class ResponsesServing:
         latest = q.latest_response(self.store, session_id=previous.session_id)
         if latest is None or latest.id == previous.id:
             return previous.session_id
+        if principal.session_id is not None:
+            # Refused before the fork is made: the fork would be a session it may not use.
+            raise TokenSessionMismatch(principal.session_id)
         source = self.store.get_session(session_id=previous.session_id)
         assert source is not None
         forked = self.sessions.fork(source, message_id=previous.last_message_id)

@@ -57,10 +57,11 @@ class Asked:
         and one named chat, so two end users' byte-identical retries (the body carries
         neither when headers name them) never reattach to each other's turns."""
         end_user, chat = self.on_behalf.end_user, self.on_behalf.chat
+        scope = self.principal.replay_scope  # a bound token's: its session's alone
         if end_user is None and chat is None:
-            return self.principal.owner
+            return scope
         # Newlines cannot occur in either (printable only), so the parts stay apart.
-        return "\n".join((self.principal.owner, end_user or "", chat or ""))
+        return "\n".join((scope, end_user or "", chat or ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +176,7 @@ class ChatServing:
 
     async def _open(self, req: TurnRequest, retry: Retry, twins: str) -> TurnHandle:
         """Open the turn on the store's writer thread (its first transaction, with a keyed
-        turn's durable record), then run it."""
+        turn's durable record under the principal's replay `scope`), then run it."""
         handle = self.turns.new_handle()
 
         def open_turn() -> OpenedTurn:

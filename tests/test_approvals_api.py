@@ -253,21 +253,24 @@ def test_flipping_the_env_var_after_start_changes_nothing(
     assert sorted(p.name for p in junk.iterdir()) == ["a.txt", "b.txt"]
 
 
-def test_bad_decisions_are_refused_clearly(server: Server) -> None:
+def test_bad_decisions_are_refused_clearly(server: Server, sim: Simulator, junk: Path) -> None:
     missing = decide(server, "appr_nope", "once")
     assert missing.status_code == 404
-    bad = httpx.post(
-        f"{server.base_url}/v1/approvals/appr_nope",
-        json={"decision": "yes please"},
-        headers=server.headers(),
-    )
+    _wipe_turn(sim)
+    turn = BackgroundTurn(server, "clean up").start()
+    [approval] = pending(server)
+    url = f"{server.base_url}/v1/approvals/{approval['id']}"
+    bad = httpx.post(url, json={"decision": "yes please"}, headers=server.headers())
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "decision"
     for body in (b"[" * 8000 + b"]" * 8000, b'{"decision": ' + b"9" * 5000 + b"}", b"[1]"):
-        hostile = httpx.post(
-            f"{server.base_url}/v1/approvals/appr_nope", content=body, headers=server.headers()
-        )
+        hostile = httpx.post(url, content=body, headers=server.headers())
         assert hostile.status_code == 400, hostile.text
         assert hostile.json()["error"]["code"] == "invalid_json"
+    # None of it decided anything.
+    assert httpx.get(url, headers=server.headers()).json()["status"] == "pending"
+    assert decide(server, approval["id"], "deny").status_code == 200
+    turn.join()
+    assert sorted(p.name for p in junk.iterdir()) == ["a.txt", "b.txt"]
 
 
 # ---------------------------------------------------------------- approvals off

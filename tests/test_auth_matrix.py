@@ -336,6 +336,10 @@ def test_token_refusals(server: Server) -> None:
     escalated = jwt.encode(_claims(owner, scopes=["chat", "admin"]), SECRET, algorithm="HS256")
     too_long = jwt.encode(_claims(owner, exp=now + 7200), SECRET, algorithm="HS256")
     other_secret = jwt.encode(_claims(owner), "another-secret-" + "y" * 40, algorithm="HS256")
+    # RFC 7515 §4.1.11: a header naming as critical an extension the server does not process.
+    critical = {"alg": "HS256", "typ": "JWT", "crit": ["x-policy"], "x-policy": "mfa"}
+    plain = {"alg": "HS256", "typ": "JWT", "x-policy": "mfa"}
+    assert _models(server, _hand_signed(plain, _claims(owner), SECRET.encode())) == 200  # control
     for name, token in {
         "expired": expired,
         "alg none": none_alg,
@@ -346,6 +350,10 @@ def test_token_refusals(server: Server) -> None:
         "scope outside the grant": escalated,
         "lifetime over an hour": too_long,
         "bad signature": other_secret,
+        "an unknown crit header": _hand_signed(critical, _claims(owner), SECRET.encode()),
+        "an empty crit header": _hand_signed(
+            {**critical, "crit": []}, _claims(owner), SECRET.encode()
+        ),
     }.items():
         assert _models(server, token) == 401, name
 
@@ -369,6 +377,9 @@ def test_a_session_bound_token_reaches_only_its_session(server: Server, sim: Sim
     unbound = _chat(server, sim, token)
     assert unbound.status_code == 403
     assert unbound.json()["error"]["code"] == "token_session_mismatch"
+    # Another session of the same key answers as a missing one (tests/test_bindings.py: all routes).
+    foreign = _chat(server, sim, token, **{"X-Session-Id": other})
+    assert foreign.status_code == 404 and foreign.json()["error"]["code"] == "session_not_found"
     assert _chat(server, sim, token, **{"X-Session-Id": mine}).status_code == 200
     # Binding to someone else's session is refused like a missing one.
     chatter_session = _chat(server, sim, KEYS["chatter"]).headers["X-Session-Id"]

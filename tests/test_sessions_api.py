@@ -240,6 +240,9 @@ def test_fork_refuses_a_foreign_or_missing_message(srv: Server, sim: Simulator) 
 def test_retract_hides_and_purge_deletes(srv: Server, sim: Simulator) -> None:
     sid = _new_session(srv, sim, "zanzibar retraction marker")
     assert _ok(_get(srv, "/v1/sessions/search", q="zanzibar"))["data"]
+    # Purge needs the admin scope.
+    refused = httpx.delete(f"{srv.base_url}/v1/sessions/{sid}?purge=true", headers=srv.headers())
+    assert refused.status_code == 403
     gone = httpx.delete(f"{srv.base_url}/v1/sessions/{sid}", headers=srv.headers())
     assert _ok(gone) == {
         "id": sid,
@@ -257,9 +260,10 @@ def test_retract_hides_and_purge_deletes(srv: Server, sim: Simulator) -> None:
     rows = _ok(_get(srv, f"/v1/sessions/{sid}/messages", admin=True))["data"]
     assert [r["state"] for r in rows] == ["retracted", "retracted"]
     assert rows[0]["content"] == "zanzibar retraction marker"
-    # Purge needs the admin scope, then deletes the transcript and keeps the ledger.
-    refused = httpx.delete(f"{srv.base_url}/v1/sessions/{sid}?purge=true", headers=srv.headers())
-    assert refused.status_code == 403
+    # Retracted, it is gone for its owner, purge or not; the admin's purge deletes the
+    # transcript and keeps the ledger.
+    again = httpx.delete(f"{srv.base_url}/v1/sessions/{sid}?purge=true", headers=srv.headers())
+    assert again.status_code == 404
     purged = httpx.delete(f"{srv.base_url}/v1/sessions/{sid}?purge=true", headers=_h(srv, True))
     assert _ok(purged)["purged"] is True
     assert _ok(_get(srv, f"/v1/sessions/{sid}/messages", admin=True))["data"] == []

@@ -71,6 +71,20 @@ def test_a_bound_token_sees_and_continues_only_its_session(srv: Server, sim: Sim
     assert foreign.status_code == 404
 
 
+def test_a_bound_token_continuing_an_older_response_is_refused_before_any_fork(
+    srv: Server, sim: Simulator
+) -> None:
+    first = _respond(srv, sim, srv.headers()).json()
+    _respond(srv, sim, srv.headers(), previous_response_id=first["id"])  # now the newest
+    token = _mint(srv, scopes=["chat"], session_id=first["session_id"])
+    listed = f"{srv.base_url}/v1/sessions?limit=100"
+    before = len(httpx.get(listed, headers=srv.headers()).json()["data"])
+    # Continuing an older response forks the session: a session this token may not use.
+    older = _respond(srv, sim, _h(token), previous_response_id=first["id"])
+    assert older.status_code == 403 and older.json()["error"]["code"] == "token_session_mismatch"
+    assert len(httpx.get(listed, headers=srv.headers()).json()["data"]) == before
+
+
 def test_reading_and_writing_need_their_scopes(srv: Server, sim: Simulator) -> None:
     sid = _respond(srv, sim, srv.headers()).json()["session_id"]
     reader = _mint(srv, scopes=["sessions:read"], session_id=sid)

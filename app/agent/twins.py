@@ -8,6 +8,10 @@ when it starts and, when it ends, with its events; a replay the memory no longer
 answered from the record: the same completion id, text and usage, streamed or not. A
 turn that never finished (its process died) or ended cancelled replays as that failure,
 never as an empty success; the same key with another body is 409.
+
+Keys and twins live in a principal's replay scope (`Principal.replay_scope`): its key's,
+or for a token bound to one session, that session's alone. The `owner` the records and
+maps are keyed by below is that scope.
 """
 
 from __future__ import annotations

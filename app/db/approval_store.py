@@ -59,11 +59,15 @@ class ApprovalStore:
         with Session(self.engine, expire_on_commit=False) as db:
             return db.get(ApprovalRow, approval_id)
 
-    def list(self, *, status: str | None = None, limit: int = 100) -> Sequence[ApprovalRow]:
+    def list(
+        self, *, status: str | None = None, limit: int = 100, session_id: str | None = None
+    ) -> Sequence[ApprovalRow]:
         with Session(self.engine, expire_on_commit=False) as db:
             query = select(ApprovalRow).order_by(col(ApprovalRow.created_at).desc())
             if status is not None:
                 query = query.where(ApprovalRow.status == status)
+            if session_id is not None:
+                query = query.where(ApprovalRow.session_id == session_id)
             return db.exec(query.limit(limit)).all()
 
     def settle(

@@ -177,12 +177,20 @@ class OperatorStore:
             for r in rows
         ]
 
-    def usage(self, *, since: float | None = None, owner: str | None = None) -> list[UsageRow]:
-        """Spend per UTC day, key (owner) and profile, from the per-call ledger."""
+    def usage(
+        self,
+        *,
+        since: float | None = None,
+        owner: str | None = None,
+        session_id: str | None = None,
+    ) -> list[UsageRow]:
+        """Spend per UTC day, key (owner) and profile, from the per-call ledger (of one
+        session's calls, given `session_id`)."""
         where = (
             "WHERE (:since IS NULL OR created_at >= :since) AND (:owner IS NULL OR owner = :owner)"
+            " AND (:session_id IS NULL OR session_id = :session_id)"
         )
-        params = {"since": since, "owner": owner}
+        params = {"since": since, "owner": owner, "session_id": session_id}
         rows = self._rows(
             "SELECT date(created_at, 'unixepoch') AS day, owner, profile, COUNT(*) AS calls, "
             "SUM(input_tokens) AS i, SUM(output_tokens) AS o, SUM(cache_read_tokens) AS cr, "

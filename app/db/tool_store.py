@@ -114,10 +114,11 @@ def search_sessions(
     any_term: bool = False,
     before: int = 1,
     after: int = 1,
+    session_id: str | None = None,
 ) -> list[SearchHit]:
-    """The best-ranked message per session among `owner`'s sessions, best sessions first:
-    only `end_user`'s ("" for the sessions made without an end user), or every end user's
-    of the key when it is None.
+    """The best-ranked message per session among `owner`'s sessions (or only in
+    `session_id`, one of them), best sessions first: only `end_user`'s ("" for the sessions
+    made without an end user), or every end user's of the key when it is None.
 
     Live and compacted rows match; retracted rows (active=0, compacted=0) neither match nor
     appear in a window, since retraction means the message should not have existed.
@@ -149,6 +150,7 @@ def search_sessions(
                 " JOIN session s ON s.id = m.session_id"
                 " WHERE s.owner = :owner AND (:any_user OR s.end_user = :end_user)"
                 " AND (m.active = 1 OR m.compacted = 1)"
+                " AND (:session_id IS NULL OR s.id = :session_id)"
                 "), ranked AS ("
                 " SELECT id, session_id, score, ROW_NUMBER() OVER ("
                 "  PARTITION BY session_id ORDER BY score, id DESC) AS rn"
@@ -162,6 +164,7 @@ def search_sessions(
                 "any_user": end_user is None,
                 "end_user": end_user or "",
                 "limit": limit,
+                "session_id": session_id,
             },
         ).all()
         if not best:

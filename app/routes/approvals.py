@@ -2,7 +2,9 @@
 
 Principals with the `approvals` scope act as the operator's approvers: they see every
 pending approval (an approver who could only see their own would make
-`approvals_separate_approver` impossible to satisfy).
+`approvals_separate_approver` impossible to satisfy). A token bound to one session sees,
+decides and revokes only that session's (`app/routes/owned.py`), and cannot make an
+`always` grant, which would hold for every session.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from fastapi import APIRouter, Query, Request
 from app.protocol.errors import ApiError
 from app.protocol.limits import load_json_object
 from app.routes.deps import ApproverDep, StateDep, read_limited_body
+from app.routes.owned import ReachableApproval, ReachableGrant
 from app.security.approvals import (
     DECISIONS,
     ApprovalConflict,
@@ -31,45 +34,44 @@ Status = Literal["pending", "approved", "denied", "expired", "cancelled", "aband
 @router.get("/v1/approvals")
 async def list_approvals(
     state: StateDep,
-    _principal: ApproverDep,
+    principal: ApproverDep,
     status: Annotated[Status | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> dict[str, Any]:
-    rows = state.approvals.store.list(status=status, limit=limit)
+    rows = state.approvals.store.list(status=status, limit=limit, session_id=principal.session_id)
     return {"object": "list", "data": [visible_fields(r) for r in rows]}
 
 
 @router.get("/v1/approvals/grants")
 async def list_grants(
     state: StateDep,
-    _principal: ApproverDep,
+    principal: ApproverDep,
     session_id: Annotated[str | None, Query()] = None,
 ) -> dict[str, Any]:
-    rows = state.approvals.store.grants(session_id=session_id)
+    # Another session named by a bound token lists like a session without grants.
+    if session_id is not None and not principal.reaches(session_id):
+        return {"object": "list", "data": []}
+    rows = state.approvals.store.grants(session_id=principal.session_id or session_id)
     return {"object": "list", "data": [grant_fields(r) for r in rows]}
 
 
 @router.delete("/v1/approvals/grants/{grant_id}")
-async def revoke_grant(grant_id: str, state: StateDep, _principal: ApproverDep) -> dict[str, Any]:
-    if not state.approvals.store.delete_grant(grant_id=grant_id):
-        raise ApiError(404, f"grant '{grant_id}' not found", code="grant_not_found")
-    return {"id": grant_id, "object": "courier.approval_grant", "deleted": True}
+async def revoke_grant(grant: ReachableGrant, state: StateDep) -> dict[str, Any]:
+    if not state.approvals.store.delete_grant(grant_id=grant.id):
+        raise ApiError(404, f"grant '{grant.id}' not found", code="grant_not_found")
+    return {"id": grant.id, "object": "courier.approval_grant", "deleted": True}
 
 
 @router.get("/v1/approvals/{approval_id}")
-async def get_approval(
-    approval_id: str, state: StateDep, _principal: ApproverDep
-) -> dict[str, Any]:
-    row = state.approvals.store.get(approval_id=approval_id)
-    if row is None:
-        raise ApiError(404, f"approval '{approval_id}' not found", code="approval_not_found")
+async def get_approval(row: ReachableApproval) -> dict[str, Any]:
     return visible_fields(row)
 
 
 @router.post("/v1/approvals/{approval_id}")
 async def decide(
-    approval_id: str, request: Request, state: StateDep, principal: ApproverDep
+    approval: ReachableApproval, request: Request, state: StateDep, principal: ApproverDep
 ) -> dict[str, Any]:
+    approval_id = approval.id
     body = await read_limited_body(request, 16 * 1024)
     data = load_json_object(body or b"{}")  # every failure a 400, deep nesting too
     decision = data.get("decision")
@@ -79,6 +81,13 @@ async def decide(
             f"decision must be one of {', '.join(DECISIONS)}",
             param="decision",
             code="invalid_decision",
+        )
+    if decision == "always" and principal.session_id is not None:
+        raise ApiError(
+            403,
+            "this token is bound to one session: an 'always' grant would hold for every "
+            "session; decide once, session or deny",
+            code="approval_refused",
         )
     try:
         row, grant = state.approvals.decide(

@@ -29,6 +29,7 @@ from app.routes.completion_output import json_completion, sse_frames
 from app.routes.deps import authenticate, read_limited_body, state_of, turn_slot
 from app.routes.direct import DirectRoute
 from app.routes.event_stream import EventSourceResponse
+from app.routes.owned import check_binding
 from app.security.auth import CHAT
 from app.serving import Retry
 
@@ -76,12 +77,7 @@ async def chat_completions(request: Request) -> Response:
     body = await read_limited_body(request, state.settings.max_body_bytes)
     chat = await parse_off_loop(body, parse_request)
     session_id = session_header(request) or chat.session_id
-    if principal.session_id is not None and session_id != principal.session_id:
-        raise ApiError(
-            403,
-            "this token is bound to one session; send its id in X-Session-Id",
-            code="token_session_mismatch",
-        )
+    check_binding(principal, session_id)
     on_behalf = end_users.on_behalf(
         request.headers, state.settings, user=chat.user, safety_identifier=chat.safety_identifier
     )

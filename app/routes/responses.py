@@ -14,7 +14,6 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
 from app.agent.turns import SessionBusy
-from app.db.session_models import ResponseRow
 from app.protocol import end_users
 from app.protocol.errors import ApiError, validation_error
 from app.protocol.limits import load_json_object
@@ -29,16 +28,10 @@ from app.responses_serving import (
 )
 from app.routes.chat import retry_of
 from app.routes.completion_output import client_gone
-from app.routes.deps import (
-    PrincipalDep,
-    StateDep,
-    authenticate,
-    read_limited_body,
-    state_of,
-    turn_slot,
-)
+from app.routes.deps import StateDep, authenticate, read_limited_body, state_of, turn_slot
 from app.routes.direct import DirectRoute
-from app.security.auth import CHAT, Principal
+from app.routes.owned import ReachableResponse, response_not_found
+from app.security.auth import CHAT
 from app.state import AppState
 
 router = APIRouter()
@@ -46,22 +39,6 @@ router = APIRouter()
 
 def serving(state: AppState) -> ResponsesServing:
     return state.responses
-
-
-def not_found(exc: ResponseNotFound) -> ApiError:
-    return ApiError(
-        404,
-        f"response '{exc.response_id}' not found",
-        param=exc.param,
-        code="response_not_found",
-    )
-
-
-def owned(state: AppState, principal: Principal, response_id: str) -> ResponseRow:
-    try:
-        return serving(state).owned(principal, response_id)
-    except ResponseNotFound as exc:
-        raise not_found(exc) from None
 
 
 def parse_request(body: bytes) -> ResponseCreateRequest:
@@ -88,7 +65,7 @@ async def create_response(request: Request) -> Response:
         )
     except ResponseNotFound as exc:
         slot.release()
-        raise not_found(exc) from None
+        raise response_not_found(exc) from None
     except TokenSessionMismatch:
         slot.release()
         raise ApiError(
@@ -179,33 +156,28 @@ async def frames(
 
 
 @router.get("/v1/responses/{response_id}")
-async def get_response(response_id: str, state: StateDep, principal: PrincipalDep) -> Any:
-    row = owned(state, principal, response_id)
+async def get_response(row: ReachableResponse) -> Any:
     return JSONResponse(json.loads(row.body))
 
 
 @router.delete("/v1/responses/{response_id}")
-async def delete_response(response_id: str, state: StateDep, principal: PrincipalDep) -> Any:
-    row = owned(state, principal, response_id)
+async def delete_response(row: ReachableResponse, state: StateDep) -> Any:
     try:
         serving(state).retract(row)
     except SessionBusy:
         raise ApiError(
             409, "a turn is running on this response's session", code="session_busy"
         ) from None
-    return {"id": response_id, "object": "response", "deleted": True}
+    return {"id": row.id, "object": "response", "deleted": True}
 
 
 @router.get("/v1/responses/{response_id}/input_items")
 async def input_items(
-    response_id: str,
-    state: StateDep,
-    principal: PrincipalDep,
+    row: ReachableResponse,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     order: Literal["asc", "desc"] = "desc",
     after: str | None = None,
 ) -> dict[str, Any]:
-    row = owned(state, principal, response_id)
     items: list[dict[str, Any]] = json.loads(row.input_items)
     if order == "desc":
         items.reverse()

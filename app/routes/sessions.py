@@ -1,12 +1,14 @@
 """The sessions API: list, read, page messages, fork, retract or purge, search, cost, usage.
 
-Owner or admin only; another principal's session answers exactly like a missing one, so
-ids cannot be probed. A retracted session is gone for its owner and visible to the admin.
+Owner or admin only, within a token's binding (`app/routes/owned.py` resolves every
+session id); another principal's session answers exactly like a missing one, so ids
+cannot be probed. A retracted session is gone for its owner and visible to the admin.
 """
 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -18,7 +20,7 @@ from app.protocol.end_users import MAX_CHARS, listing_scope
 from app.protocol.errors import ApiError
 from app.protocol.limits import load_json_object
 from app.routes.deps import PrincipalDep, ReaderDep, StateDep
-from app.security.auth import Principal
+from app.routes.owned import ChatSession, ReadSession, ReadSummary, visible_summary
 from app.session_cost import cost_report, profile_pricer
 from app.session_service import ForkPointMissing, ProfileGone, SessionBusy, SessionService
 from app.state import AppState
@@ -27,36 +29,6 @@ router = APIRouter()
 
 Limit = Annotated[int, Query(ge=1, le=100)]
 EndUserQuery = Annotated[str | None, Query(max_length=MAX_CHARS)]
-
-
-def _not_found(session_id: str) -> ApiError:
-    return ApiError(404, f"session '{session_id}' not found", code="session_not_found")
-
-
-def visible_to(principal: Principal, session: SessionRow) -> bool:
-    """Its owner's or the admin's; a token bound to one session sees only that one."""
-    if principal.session_id is not None and principal.session_id != session.id:
-        return False
-    return session.owner == principal.owner or principal.admin
-
-
-def owned_session(state: AppState, principal: Principal, session_id: str) -> SessionRow:
-    """The session if the caller may see it; the cheap check for routes that need no totals."""
-    session = state.store.get_session(session_id=session_id)
-    if session is None or not visible_to(principal, session):
-        raise _not_found(session_id)
-    if not principal.admin and q.is_retracted(state.store, session_id=session_id):
-        raise _not_found(session_id)
-    return session
-
-
-def owned_summary(state: AppState, principal: Principal, session_id: str) -> q.SessionSummary:
-    summary = q.session_summary(state.store, session_id=session_id)
-    if summary is None or not visible_to(principal, summary.session):
-        raise _not_found(session_id)
-    if summary.retracted and not principal.admin:
-        raise _not_found(session_id)
-    return summary
 
 
 def session_json(state: AppState, summary: q.SessionSummary) -> dict[str, Any]:
@@ -94,17 +66,24 @@ async def list_sessions(
 ) -> dict[str, Any]:
     """Newest first. `cursor` (or `after`) is the previous page's `next_cursor`. An admin
     key lists every principal's sessions, retracted ones included. `user` lists one end
-    user's; a request whose headers name an end user lists only that one's."""
-    rows, more = q.list_sessions(
-        state.store,
-        owner=None if principal.admin else principal.owner,
-        limit=limit,
-        before=cursor or after,
-        include_retracted=principal.admin,
-        end_user=listing_scope(request.headers, state.settings, requested=user),
-    )
-    # A token bound to one session lists only that one.
-    rows = [r for r in rows if visible_to(principal, r.session)]
+    user's; a request whose headers name an end user lists only that one's. A token bound to
+    one session lists that one (on the first page: filtering a page of the key's sessions
+    would leave it out whenever 20 newer ones exist)."""
+    end_user = listing_scope(request.headers, state.settings, requested=user)
+    if principal.session_id is not None:
+        bound = None if cursor or after else visible_summary(state, principal, principal.session_id)
+        if bound is not None and end_user is not None and bound.session.end_user != end_user:
+            bound = None
+        rows, more = ([bound] if bound is not None else []), False
+    else:
+        rows, more = q.list_sessions(
+            state.store,
+            owner=None if principal.admin else principal.owner,
+            limit=limit,
+            before=cursor or after,
+            include_retracted=principal.admin,
+            end_user=end_user,
+        )
     # Pricing is CPU work: off the event loop, so running streams keep flowing.
     data = await asyncio.to_thread(lambda: [session_json(state, r) for r in rows])
     return {
@@ -134,15 +113,16 @@ async def search(
     # Off the loop: it waits for the index to catch up on the writer thread, and a common
     # term's ranking at a million rows takes milliseconds.
     hits = await asyncio.to_thread(
-        search_sessions,
-        state.store,
-        owner=principal.owner,
-        end_user=end_user,
-        terms=terms,
-        limit=limit,
+        partial(
+            search_sessions,
+            state.store,
+            owner=principal.owner,
+            end_user=end_user,
+            terms=terms,
+            limit=limit,
+            session_id=principal.session_id,  # a bound token searches its session only
+        )
     )
-    if principal.session_id is not None:
-        hits = [h for h in hits if h.session_id == principal.session_id]
     titles = q.titles(state.store, session_ids=[h.session_id for h in hits])
     return {
         "object": "list",
@@ -163,25 +143,22 @@ async def search(
 
 
 @router.get("/v1/sessions/{session_id}")
-async def get_session(session_id: str, state: StateDep, principal: ReaderDep) -> dict[str, Any]:
-    summary = owned_summary(state, principal, session_id)
+async def get_session(summary: ReadSummary, state: StateDep) -> dict[str, Any]:
     return await asyncio.to_thread(session_json, state, summary)
 
 
 @router.get("/v1/sessions/{session_id}/messages")
 async def list_messages(
-    session_id: str,
+    session: ReadSession,
     state: StateDep,
-    principal: ReaderDep,
     limit: Limit = 50,
     cursor: Annotated[int | None, Query(ge=0)] = None,
     after: Annotated[int | None, Query(ge=0)] = None,
 ) -> dict[str, Any]:
     """Oldest first, every row: live, archived by a compaction, or retracted."""
-    owned_session(state, principal, session_id)
     rows, more = q.messages_page(
         state.store,
-        session_id=session_id,
+        session_id=session.id,
         after=cursor if cursor is not None else after,
         limit=limit,
     )
@@ -215,11 +192,9 @@ async def list_messages(
 
 
 @router.post("/v1/sessions/{session_id}/fork")
-async def fork_session(
-    session_id: str, request: Request, state: StateDep, principal: PrincipalDep
-) -> dict[str, Any]:
+async def fork_session(session: ChatSession, request: Request, state: StateDep) -> dict[str, Any]:
     """Body `{"message_id": N}` (optional): the fork holds the live rows up to N."""
-    session = owned_session(state, principal, session_id)
+    session_id = session.id
     if q.is_retracted(state.store, session_id=session_id):
         raise ApiError(409, "a retracted session cannot be forked", code="session_retracted")
     message_id = await _fork_point(request)
@@ -261,7 +236,7 @@ async def _fork_point(request: Request) -> int | None:
 
 @router.delete("/v1/sessions/{session_id}")
 async def delete_session(
-    session_id: str,
+    session: ChatSession,
     state: StateDep,
     principal: PrincipalDep,
     purge: bool = False,
@@ -270,13 +245,12 @@ async def delete_session(
     the transcript, keeping the usage ledger that spend caps count."""
     if purge and not principal.admin:
         raise ApiError(403, "purge needs the 'admin' scope", code="insufficient_scope")
-    session = owned_session(state, principal, session_id)
     try:
         _service(state).retract(session, purge=purge)
     except SessionBusy:
         raise ApiError(409, "a turn is running on this session", code="session_busy") from None
     return {
-        "id": session_id,
+        "id": session.id,
         "object": "courier.session.deleted",
         "deleted": True,
         "purged": purge,
@@ -284,22 +258,20 @@ async def delete_session(
 
 
 @router.get("/v1/sessions/{session_id}/cost")
-async def session_cost(session_id: str, state: StateDep, principal: ReaderDep) -> dict[str, Any]:
-    summary = owned_summary(state, principal, session_id)
+async def session_cost(summary: ReadSummary, state: StateDep) -> dict[str, Any]:
     pricer = profile_pricer(state.chat.profiles.by_name)
     report = await asyncio.to_thread(cost_report, summary.calls, pricer)
-    return {"object": "courier.session_cost", "session_id": session_id, **report.as_json()}
+    return {"object": "courier.session_cost", "session_id": summary.session.id, **report.as_json()}
 
 
 @router.get("/v1/sessions/{session_id}/usage")
 async def session_usage(
-    session_id: str,
+    session: ReadSession,
     state: StateDep,
-    principal: ReaderDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> dict[str, Any]:
-    session = owned_session(state, principal, session_id)
+    session_id = session.id
     rows, total = state.store.api_calls(session_id=session_id, limit=limit, offset=offset)
     prompt = session.input_tokens + session.cache_read_tokens + session.cache_write_tokens
     return {

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from app.protocol.errors import ApiError
 from app.protocol.limits import load_json_object
 from app.routes.deps import MinterDep, StateDep, read_limited_body
+from app.routes.owned import session_not_found, visible_session
 from app.security.tokens import DEFAULT_TTL_S, TokenRefused
 
 router = APIRouter()
@@ -31,11 +32,9 @@ async def mint_token(request: Request, state: StateDep, principal: MinterDep) ->
     if not isinstance(ttl, int) or isinstance(ttl, bool):
         raise ApiError(400, "ttl_s must be an integer", param="ttl_s")
     if session_id is not None:
-        session = (
-            state.store.get_session(session_id=session_id) if isinstance(session_id, str) else None
-        )
-        if session is None or (session.owner != principal.owner and not principal.admin):
-            raise ApiError(404, f"session '{session_id}' not found", code="session_not_found")
+        if not isinstance(session_id, str):
+            raise session_not_found(str(session_id))
+        visible_session(state, principal, session_id)  # the key's own, or the admin's
     try:
         minted = issuer.mint(principal, scopes=scopes, ttl_s=ttl, session_id=session_id)
     except TokenRefused as exc:

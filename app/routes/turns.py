@@ -18,12 +18,11 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.agent.events import TurnFinished
 from app.agent.turns import TurnHandle
-from app.db.models import SessionRow
 from app.db.turn_store import TurnSummary, session_turns
 from app.protocol.errors import ApiError
 from app.protocol.turn_events import event_payload
-from app.routes.deps import PrincipalDep, StateDep
-from app.security.auth import Principal
+from app.routes.deps import StateDep
+from app.routes.owned import ChatSession
 from app.state import AppState
 
 router = APIRouter()
@@ -33,22 +32,14 @@ STOP_WAIT_S = 5.0
 is still stopped, and the answer says it had not finished yet."""
 
 
-def _session(state: AppState, principal: Principal, session_id: str) -> SessionRow:
-    session = state.store.get_session(session_id=session_id)
-    # Another key's session answers exactly like a missing one: no existence oracle.
-    if session is None or (session.owner != principal.owner and not principal.admin):
-        raise ApiError(404, f"session '{session_id}' not found", code="session_not_found")
-    return session
-
-
 def _running(state: AppState, session_id: str) -> TurnHandle | None:
     handle = state.turns.latest_for(session_id)
     return handle if handle is not None and handle.finished_at is None else None
 
 
 @router.post("/v1/sessions/{session_id}/stop")
-async def stop_turn(session_id: str, state: StateDep, principal: PrincipalDep) -> dict[str, Any]:
-    _session(state, principal, session_id)
+async def stop_turn(session: ChatSession, state: StateDep) -> dict[str, Any]:
+    session_id = session.id
     handle = _running(state, session_id)
     if handle is None:
         return {"object": "courier.turn_stop", "session_id": session_id, "turn_id": None}
@@ -95,20 +86,18 @@ def _turn_out(turn: TurnSummary, running: set[str]) -> dict[str, Any]:
 
 @router.get("/v1/sessions/{session_id}/turns")
 async def list_turns(
-    session_id: str,
+    session: ChatSession,
     state: StateDep,
-    principal: PrincipalDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> dict[str, Any]:
-    _session(state, principal, session_id)
     turns, total = session_turns(
-        state.store.engine, session_id=session_id, limit=limit, offset=offset
+        state.store.engine, session_id=session.id, limit=limit, offset=offset
     )
     running = set(state.turns.running)
     return {
         "object": "list",
-        "session_id": session_id,
+        "session_id": session.id,
         "data": [_turn_out(t, running) for t in turns],
         "total": total,
         "limit": limit,
@@ -119,17 +108,15 @@ async def list_turns(
 
 @router.get("/v1/sessions/{session_id}/events")
 async def turn_events(
-    session_id: str,
+    session: ChatSession,
     state: StateDep,
-    principal: PrincipalDep,
     after: Annotated[int, Query(ge=0)] = 0,
 ) -> EventSourceResponse:
-    _session(state, principal, session_id)
-    handle = state.turns.latest_for(session_id)
+    handle = state.turns.latest_for(session.id)
     if handle is None:
         raise ApiError(
             404,
-            f"session '{session_id}' has no turn this server still holds events for",
+            f"session '{session.id}' has no turn this server still holds events for",
             code="turn_not_found",
         )
     return EventSourceResponse(

@@ -1,4 +1,5 @@
-"""GET /v1/usage: spend per UTC day for the caller's key (every key's for an admin).
+"""GET /v1/usage: spend per UTC day for the caller's key (every key's for an admin; a token
+bound to one session: that session's).
 
 The console's spend chart reads this; summing every session's ledger in the browser would
 take one request per session.
@@ -52,7 +53,11 @@ async def usage(
         except StoreMissing:
             return []
         try:
-            return store.usage(since=since, owner=None if principal.admin else principal.owner)
+            return store.usage(
+                since=since,
+                owner=None if principal.admin else principal.owner,
+                session_id=principal.session_id,
+            )
         finally:
             store.close()
 

@@ -56,6 +56,26 @@ class Principal:
     def label(self) -> str:
         return self.name or self.owner
 
+    def reaches(self, session_id: str | None) -> bool:
+        """The binding: a token bound to one session reaches only that one (and nothing
+        that belongs to no session); a key, or an unbound token, reaches every session."""
+        return self.session_id is None or self.session_id == session_id
+
+    def may_see(self, *, session_id: str, owner: str, retracted: bool = False) -> bool:
+        """The session rule, for every route that names a session: within the binding, the
+        owner's or the admin's; a retracted session is gone for its owner, not the admin."""
+        if not self.reaches(session_id):
+            return False
+        return self.admin or (owner == self.owner and not retracted)
+
+    @property
+    def replay_scope(self) -> str:
+        """Whose earlier requests an Idempotency-Key or a retry of this principal may find.
+        A key's requests share one scope; a bound token's are its session's alone, so it
+        cannot replay another session's request into that session's answer (nor overwrite
+        that session's record of the key)."""
+        return self.owner if self.session_id is None else f"{self.owner}/{self.session_id}"
+
 
 def fingerprint(key: str) -> str:
     return fingerprint_of_digest(hashlib.sha256(key.encode()).hexdigest())

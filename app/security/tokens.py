@@ -3,9 +3,10 @@
 HS256 JWTs minted with python-jose under a server secret of at least 32 bytes. Verifying
 pins the algorithm twice, in the header check and in `algorithms=["HS256"]`: a verifier
 that trusts the token's own `alg` accepts `alg: none`, or an RS256 token "signed" with the
-secret used as a public key. A token never carries more than its minting key has *now*:
-scopes are re-checked against the live key on every use, so removing a key or narrowing
-its scopes takes effect before its tokens expire.
+secret used as a public key. A header with `crit` is refused: Courier understands no JWS
+extension, and a critical one it ignored would be a promise it did not keep. A token never
+carries more than its minting key has *now*: scopes are re-checked against the live key on
+every use, so removing a key or narrowing its scopes takes effect before its tokens expire.
 """
 
 from __future__ import annotations
@@ -87,6 +88,11 @@ class TokenIssuer:
         try:
             header = jwt.get_unverified_header(token)
             if header.get("alg") != ALGORITHM:
+                return None
+            # RFC 7515 §4.1.11: a recipient must refuse a token whose `crit` names an
+            # extension it does not process, and we process none. python-jose 3.5 never
+            # looks at `crit` (mpdavis/python-jose#406), so it would accept the token.
+            if "crit" in header:
                 return None
             claims = jwt.decode(
                 token,

@@ -1,0 +1,560 @@
+"""A token bound to one session reaches that session and nothing of any other, on every route.
+
+Two sessions of one key, S1 and S2, each with a stored response and a standing grant; S1
+also with a keyed turn and, while the checks run, a turn waiting on a pending approval.
+Tokens bound to S2 (minted by the key, and by the admin key with the admin scope) get, for
+each of S1's resources on each route, the 404 the key itself gets for an id that does not
+exist; lists leave S1 out; none of it stops, decides, revokes or deletes anything; a
+replay of S1's request is a new request of S2's. S2's resources still work with the token.
+
+The table below names every route a real `create_app` registers: a route missing from it
+fails `test_every_route_is_in_the_table`, so a new route is covered or the suite says so.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import astuple, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute, iter_route_contexts
+
+from app.config import load_settings
+from app.main import create_app
+from app.routes import owned
+from tests.support.approvals import BackgroundTurn, call, pending
+from tests.support.server import Server, sim_env
+from tests.support.sim import Simulator
+
+SECRET = "token-secret-" + "b" * 40
+ADMIN_KEY = "admin-key-0123456789abcdef"
+SCOPES = ["approvals", "chat", "sessions:read"]
+
+
+@dataclass(frozen=True)
+class Ids:
+    """One session's resources, by id."""
+
+    session: str
+    response: str
+    approval: str
+    grant: str
+
+
+MISSING = Ids("sess_missing000000", "resp_missing000000", "appr_missing0000", "grant_missing000")
+
+
+@dataclass
+class World:
+    server: Server
+    s1: Ids
+    s2: Ids
+    keyed_body: dict[str, Any]
+    """The body of S1's turn sent with `Idempotency-Key: key-s1`."""
+    keyed_answer: dict[str, Any]
+    """What that turn answered."""
+    tokens: dict[str, str]
+    """Tokens bound to S2, by who minted them."""
+
+
+# ------------------------------------------------------------------ the route table
+
+Send = Callable[[httpx.Client, Ids], httpx.Response]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One way a route names a session: S1's id answers 404, S2's answers `own`."""
+
+    name: str
+    send: Send
+    own: int = 200
+    phase: str = "read"
+    """When S2's own check runs: `read` while a turn of S2 waits on its approval, `decide`
+    to answer that approval, `idle` once the turn is over, `last` to delete S2's parts and
+    `end` to delete S2 itself."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A list the bound token gets filtered: none of S1's ids appears, S2's `shown` does."""
+
+    name: str
+    send: Send
+    shown: Callable[[Ids], str | None]
+
+
+def _events(c: httpx.Client, i: Ids) -> httpx.Response:
+    # The status only: S2's turn may still be running, and following it would wait.
+    with c.stream("GET", f"/v1/sessions/{i.session}/events") as resp:
+        body = resp.read() if resp.status_code != 200 else b""
+        return httpx.Response(resp.status_code, headers=resp.headers, content=body)
+
+
+def _chat(c: httpx.Client, text: str, headers: dict[str, str], **body: Any) -> httpx.Response:
+    payload = {"model": "courier", "messages": [{"role": "user", "content": text}], **body}
+    return c.post("/v1/chat/completions", json=payload, headers=headers)
+
+
+def _daily_usage(c: httpx.Client, _i: Ids) -> httpx.Response:
+    return c.get("/v1/usage")
+
+
+ROUTES: dict[tuple[str, str], list[Case | Listing]] = {
+    ("GET", "/v1/sessions/{session_id}"): [
+        Case("get session", lambda c, i: c.get(f"/v1/sessions/{i.session}"))
+    ],
+    ("GET", "/v1/sessions/{session_id}/messages"): [
+        Case("messages", lambda c, i: c.get(f"/v1/sessions/{i.session}/messages"))
+    ],
+    ("GET", "/v1/sessions/{session_id}/cost"): [
+        Case("cost", lambda c, i: c.get(f"/v1/sessions/{i.session}/cost"))
+    ],
+    ("GET", "/v1/sessions/{session_id}/usage"): [
+        Case("session usage", lambda c, i: c.get(f"/v1/sessions/{i.session}/usage"))
+    ],
+    ("GET", "/v1/sessions/{session_id}/turns"): [
+        Case("turns", lambda c, i: c.get(f"/v1/sessions/{i.session}/turns"))
+    ],
+    ("GET", "/v1/sessions/{session_id}/events"): [Case("events", _events)],
+    ("POST", "/v1/sessions/{session_id}/stop"): [
+        Case("stop", lambda c, i: c.post(f"/v1/sessions/{i.session}/stop"), phase="idle")
+    ],
+    ("POST", "/v1/sessions/{session_id}/fork"): [
+        Case("fork", lambda c, i: c.post(f"/v1/sessions/{i.session}/fork"), phase="idle")
+    ],
+    ("DELETE", "/v1/sessions/{session_id}"): [
+        Case("delete session", lambda c, i: c.delete(f"/v1/sessions/{i.session}"), phase="end")
+    ],
+    ("GET", "/v1/responses/{response_id}"): [
+        Case("get response", lambda c, i: c.get(f"/v1/responses/{i.response}"))
+    ],
+    ("GET", "/v1/responses/{response_id}/input_items"): [
+        Case("input items", lambda c, i: c.get(f"/v1/responses/{i.response}/input_items"))
+    ],
+    ("DELETE", "/v1/responses/{response_id}"): [
+        Case("delete response", lambda c, i: c.delete(f"/v1/responses/{i.response}"), phase="last")
+    ],
+    ("GET", "/v1/approvals/{approval_id}"): [
+        Case("get approval", lambda c, i: c.get(f"/v1/approvals/{i.approval}"))
+    ],
+    ("POST", "/v1/approvals/{approval_id}"): [
+        Case(
+            "decide",
+            lambda c, i: c.post(f"/v1/approvals/{i.approval}", json={"decision": "deny"}),
+            phase="decide",
+        )
+    ],
+    ("DELETE", "/v1/approvals/grants/{grant_id}"): [
+        Case("revoke grant", lambda c, i: c.delete(f"/v1/approvals/grants/{i.grant}"), phase="last")
+    ],
+    ("POST", "/v1/chat/completions"): [
+        Case(
+            "chat X-Session-Id",
+            lambda c, i: _chat(c, "by header", {"X-Session-Id": i.session}),
+            phase="idle",
+        ),
+        Case(
+            "chat body session_id",
+            lambda c, i: _chat(c, "by body", {}, session_id=i.session),
+            phase="idle",
+        ),
+        Case(
+            "chat retry naming the session",
+            lambda c, i: _chat(
+                c,
+                "a retry",
+                {"X-Session-Id": i.session, "x-stainless-retry-count": "1", "Idempotency-Key": "k"},
+            ),
+            phase="idle",
+        ),
+    ],
+    ("POST", "/v1/responses"): [
+        Case(
+            "responses previous_response_id",
+            lambda c, i: c.post(
+                "/v1/responses",
+                json={"model": "courier", "input": "go on", "previous_response_id": i.response},
+            ),
+            phase="idle",
+        )
+    ],
+    ("POST", "/v1/tokens"): [
+        # A token never mints (403), but naming a session it cannot see is a 404 first.
+        Case("mint", lambda c, i: c.post("/v1/tokens", json={"session_id": i.session}), own=403)
+    ],
+    ("GET", "/v1/sessions"): [
+        Listing("sessions list", lambda c, i: c.get("/v1/sessions"), lambda i: i.session)
+    ],
+    ("GET", "/v1/sessions/search"): [
+        Listing(
+            "search",
+            lambda c, i: c.get("/v1/sessions/search", params={"q": "hello"}),
+            lambda i: i.session,
+        )
+    ],
+    ("GET", "/v1/approvals"): [
+        Listing("approvals list", lambda c, i: c.get("/v1/approvals"), lambda i: i.approval)
+    ],
+    ("GET", "/v1/approvals/grants"): [
+        Listing("grants list", lambda c, i: c.get("/v1/approvals/grants"), lambda i: i.grant),
+        Listing(
+            "grants of a named session",
+            lambda c, i: c.get("/v1/approvals/grants", params={"session_id": i.session}),
+            lambda i: i.grant,
+        ),
+    ],
+    # The key's spend per day: a bound token sees its session's calls only (checked by count).
+    ("GET", "/v1/usage"): [Listing("usage", _daily_usage, lambda i: None)],
+}
+
+UNSCOPED: dict[tuple[str, str], str] = {
+    ("GET", "/health"): "liveness, no principal",
+    ("GET", "/health/ready"): "readiness, no principal",
+    ("GET", "/v1/models"): "the configured profiles, the same for every session",
+    ("GET", "/v1/models/{model_id:path}"): "a profile by name, not a session's",
+    ("GET", "/v1/capabilities"): "what the server offers, the same for every session",
+    ("GET", "/openapi.json"): "the API's description (admin)",
+    ("GET", "/metrics"): "process-wide counters (metrics scope)",
+    ("GET", "/console"): "the console's static page",
+    ("GET", "/console/"): "the console's static page",
+    ("GET", "/console/{name}"): "the console's static files, by file name",
+}
+
+RESOLVERS = {
+    owned.chat_session,
+    owned.read_session,
+    owned.read_summary,
+    owned.reachable_response,
+    owned.reachable_approval,
+    owned.reachable_grant,
+}
+"""The dependencies that resolve an id for the principal (app/routes/owned.py)."""
+
+
+def _registered() -> dict[tuple[str, str], Any]:
+    settings = load_settings(
+        api_key="k" * 8 + "0123456789abcdef", upstream_base_url="http://127.0.0.1:9/v1"
+    )
+    app = create_app(settings)
+    found: dict[tuple[str, str], Any] = {}
+    for context in iter_route_contexts(app.routes):
+        for method in context.methods or ():
+            if method != "HEAD":
+                found[(method, str(context.path))] = context.original_route
+    return found
+
+
+def test_every_route_is_in_the_table() -> None:
+    registered = set(_registered())
+    unlisted = registered - set(ROUTES) - set(UNSCOPED)
+    assert not unlisted, f"routes with no binding case (add them to ROUTES or UNSCOPED): {unlisted}"
+    stale = (set(ROUTES) | set(UNSCOPED)) - registered
+    assert not stale, f"table entries for routes the app no longer has: {stale}"
+
+
+def _calls(dependant: Dependant) -> Iterator[Any]:
+    for sub in dependant.dependencies:
+        yield sub.call
+        yield from _calls(sub)
+
+
+def test_every_id_in_a_path_is_resolved_by_one_of_the_resolvers() -> None:
+    """The check written once: a route that took an id from its path and looked it up
+    itself would be the route that forgets the binding."""
+    for (method, path), route in _registered().items():
+        if "{" not in path or (method, path) in UNSCOPED:
+            continue
+        assert isinstance(route, APIRoute), path
+        assert RESOLVERS & set(_calls(route.dependant)), f"{method} {path} resolves its own id"
+
+
+# ------------------------------------------------------------------ the server and its world
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bindings-ws")
+
+
+@pytest.fixture(scope="module")
+def server(
+    simulator: Simulator, ws: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    data = tmp_path_factory.mktemp("bindings-data")
+    env = sim_env(
+        simulator.base_url,
+        COURIER_ADMIN_API_KEY=ADMIN_KEY,
+        COURIER_TOKENS_ENABLED="true",
+        COURIER_TOKEN_SECRET=SECRET,
+        # A shared workspace: a recursive delete asks a human, so turns can be parked.
+        COURIER_WORKSPACE=str(ws),
+        COURIER_APPROVAL_TIMEOUT_S="120",
+    )
+    srv = Server(data_dir=data, env=env).start()
+    yield srv
+    srv.stop()
+
+
+def _key(server: Server, key: str | None = None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {key or server.api_key}"}
+    return httpx.Client(base_url=server.base_url, headers=headers, timeout=60)
+
+
+def _wait_for_approval(server: Server, session_id: str) -> str:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for row in pending(server):
+            if row["session_id"] == session_id:
+                return str(row["id"])
+        time.sleep(0.05)
+    raise AssertionError(f"no approval became pending in {session_id}")
+
+
+def _park(sim: Simulator, server: Server, session_id: str, command: str) -> BackgroundTurn:
+    """A turn on `session_id` that waits for a human to decide `command`."""
+    sim.script([{"reply": {"tool_calls": [call("terminal", command=command)]}}])
+    return BackgroundTurn(server, "tidy up", headers={"X-Session-Id": session_id}).start()
+
+
+def _build_session(sim: Simulator, server: Server, name: str) -> Ids:
+    """A session with a stored response and a standing grant (its approval: the test's)."""
+    with _key(server) as key:
+        sim.script([{"reply": {"text": f"hello from {name}"}}])
+        created = key.post("/v1/responses", json={"model": "courier", "input": f"hello {name}"})
+        assert created.status_code == 200, created.text
+        response, session = created.json()["id"], created.json()["session_id"]
+        # A `session` grant, from a decided approval (the command's `cd` fails: nothing runs).
+        turn = _park(sim, server, session, f"cd nowhere-{name} && rm -rf *")
+        approval = _wait_for_approval(server, session)
+        sim.script([{"reply": {"text": "granted"}}])
+        decided = key.post(f"/v1/approvals/{approval}", json={"decision": "session"})
+        assert decided.status_code == 200, decided.text
+        grant = decided.json()["grant"]["id"]
+        turn.join()
+        return Ids(session, response, "", grant)
+
+
+def _parked(sim: Simulator, server: Server, ids: Ids) -> tuple[Ids, BackgroundTurn]:
+    """`ids` with the approval a turn of that session now waits on."""
+    turn = _park(sim, server, ids.session, "cd nowhere && rm -rf ./*")
+    return replace(ids, approval=_wait_for_approval(server, ids.session)), turn
+
+
+def _mint(server: Server, key: str, **body: Any) -> str:
+    with _key(server, key) as client:
+        resp = client.post("/v1/tokens", json=body)
+    assert resp.status_code == 200, resp.text
+    return str(resp.json()["token"])
+
+
+@pytest.fixture(scope="module")
+def world(server: Server, simulator: Simulator) -> World:
+    simulator.reset()
+    s1, s2 = _build_session(simulator, server, "s1"), _build_session(simulator, server, "s2")
+    body = {"model": "courier", "messages": [{"role": "user", "content": "keyed question"}]}
+    simulator.script([{"reply": {"text": "the keyed answer"}}])
+    with _key(server) as key:
+        answer = key.post(
+            "/v1/chat/completions",
+            json=body,
+            headers={"X-Session-Id": s1.session, "Idempotency-Key": "key-s1"},
+        )
+    assert answer.status_code == 200, answer.text
+    tokens = {
+        "its key": _mint(server, server.api_key, scopes=SCOPES, session_id=s2.session),
+        "the admin key": _mint(server, ADMIN_KEY, scopes=["admin"], session_id=s2.session),
+    }
+    return World(server, s1, s2, body, answer.json(), tokens)
+
+
+def _shape(resp: httpx.Response, ids: Ids) -> Any:
+    """The error with the id it names blanked: what must not tell S1 from a missing one."""
+    text = resp.text
+    for value in astuple(ids):
+        if value:
+            text = text.replace(value, "<id>")
+    return resp.status_code, json.loads(text) if text else None
+
+
+def _calls_of(key: httpx.Client, session_id: str) -> int:
+    return int(key.get(f"/v1/sessions/{session_id}/usage").json()["total_calls"])
+
+
+def _listing_problem(
+    entry: Listing, resp: httpx.Response, *, hidden: Ids, own: Ids, key: httpx.Client
+) -> str | None:
+    """None if the list leaves out every id of `hidden` and, for the usage tally, counts
+    exactly the calls of the token's own session."""
+    if resp.status_code != 200:
+        return f"{entry.name}: {resp.status_code} {resp.text[:200]}"
+    leaked = [v for v in astuple(hidden) if v and v in resp.text]
+    if leaked:
+        return f"{entry.name}: shows {leaked}"
+    if entry.shown(own) is None:
+        calls, made = sum(day["calls"] for day in resp.json()["data"]), _calls_of(key, own.session)
+        if calls != made:
+            return f"{entry.name}: counts {calls} calls, its session made {made}"
+    return None
+
+
+def _entries() -> Iterator[Case | Listing]:
+    for entries in ROUTES.values():
+        yield from entries
+
+
+def _touched(key: httpx.Client, s1: Ids) -> list[str]:
+    """What of S1 is no longer as it was: its turn waits, its approval is pending, its
+    grant, response and session are there."""
+    found = []
+    if (status := key.get(f"/v1/approvals/{s1.approval}").json()["status"]) != "pending":
+        found.append(f"S1's approval is {status}")
+    turns = key.get(f"/v1/sessions/{s1.session}/turns").json()["data"]
+    if "running" not in {t["status"] for t in turns}:
+        found.append("S1's turn was stopped")
+    grants = key.get("/v1/approvals/grants", params={"session_id": s1.session}).json()["data"]
+    if [g["id"] for g in grants] != [s1.grant]:
+        found.append("S1's grant was revoked")
+    if key.get(f"/v1/responses/{s1.response}").status_code != 200:
+        found.append("S1's response was deleted")
+    if key.get(f"/v1/sessions/{s1.session}").json()["state"] != "live":
+        found.append("S1 was deleted")
+    return found
+
+
+def test_a_bound_token_gets_404_on_every_route_of_another_session(
+    world: World, simulator: Simulator
+) -> None:
+    server = world.server
+    s1, turn = _parked(simulator, server, world.s1)
+    upstream = len(simulator.requests())
+    problems: list[str] = []
+    try:
+        with _key(server) as key:
+            for minter, token in world.tokens.items():
+                with _key(server, token) as bound:
+                    for entry in _entries():
+                        got = entry.send(bound, s1)
+                        if isinstance(entry, Listing):
+                            problem = _listing_problem(entry, got, hidden=s1, own=world.s2, key=key)
+                            if problem:
+                                problems.append(f"token of {minter}: {problem}")
+                            continue
+                        missing = entry.send(key, MISSING)  # the key's own answer: no such id
+                        if got.status_code != 404 or _shape(got, s1) != _shape(missing, MISSING):
+                            problems.append(
+                                f"token of {minter}: {entry.name}: {got.status_code} "
+                                f"{got.text[:200]} (a missing id: {missing.text[:200]})"
+                            )
+            problems += _touched(key, s1)
+            if len(simulator.requests()) != upstream:
+                problems.append("a request of the token reached the model")
+    finally:
+        simulator.script([{"reply": {"text": "released"}}])
+        with _key(server) as key:
+            key.post(f"/v1/approvals/{s1.approval}", json={"decision": "deny"})
+        turn.join()
+    assert not problems, "\n".join(problems)
+
+
+def test_a_replay_of_another_sessions_request_is_a_fresh_turn_of_its_own(
+    world: World, simulator: Simulator
+) -> None:
+    """Not S1's completion, not a 404 or a 409 (either would tell the token that S1 used
+    that key), and not S1's record overwritten: a token's keys and retries are its
+    session's own, so the replay is a new question in S2."""
+    server, s1, s2 = world.server, world.s1, world.s2
+    upstream = len(simulator.requests())
+    simulator.script(
+        [
+            {"reply": {"text": "fresh in s2"}},
+            {"reply": {"text": "asked in s1"}},
+            {"reply": {"text": "fresh again in s2"}},
+        ]
+    )
+    with _key(server) as key, _key(server, world.tokens["its key"]) as bound:
+        keyed = {"X-Session-Id": s2.session, "Idempotency-Key": "key-s1"}
+        replay = bound.post("/v1/chat/completions", json=world.keyed_body, headers=keyed)
+        assert replay.status_code == 200, replay.text
+        assert replay.json()["id"] != world.keyed_answer["id"]
+        assert replay.json()["choices"][0]["message"]["content"] == "fresh in s2"
+        assert replay.headers["X-Session-Id"] == s2.session
+        own = {"X-Session-Id": s1.session, "Idempotency-Key": "key-s1"}
+        again = key.post("/v1/chat/completions", json=world.keyed_body, headers=own)
+        assert again.json() == world.keyed_answer  # the key's record was not overwritten
+
+        # The SDK's retry counter on a byte-identical body, moments after S1 asked it.
+        body = {"model": "courier", "messages": [{"role": "user", "content": "asked twice"}]}
+        first = key.post("/v1/chat/completions", json=body, headers={"X-Session-Id": s1.session})
+        assert first.status_code == 200, first.text
+        retried = bound.post(
+            "/v1/chat/completions",
+            json=body,
+            headers={"X-Session-Id": s2.session, "x-stainless-retry-count": "1"},
+        )
+        assert retried.status_code == 200, retried.text
+        assert retried.json()["id"] != first.json()["id"]
+        assert retried.json()["choices"][0]["message"]["content"] == "fresh again in s2"
+        assert retried.headers["X-Session-Id"] == s2.session
+    simulator.assert_script_done()
+
+    # From the database after a restart: each still gets its own.
+    server.stop()
+    server.start()
+    with _key(server) as key, _key(server, world.tokens["its key"]) as bound:
+        replayed = bound.post("/v1/chat/completions", json=world.keyed_body, headers=keyed)
+        assert replayed.json() == replay.json()
+        assert key.post("/v1/chat/completions", json=world.keyed_body, headers=own).json() == (
+            world.keyed_answer
+        )
+    assert len(simulator.requests()) == upstream + 3  # nothing ran again
+
+
+def test_the_bound_token_still_reaches_its_own_session(world: World, simulator: Simulator) -> None:
+    server = world.server
+    s2, turn = _parked(simulator, server, world.s2)
+    cases = [e for e in _entries() if isinstance(e, Case)]
+    problems: list[str] = []
+
+    def run(phase: str, bound: httpx.Client, key: httpx.Client) -> None:
+        for entry in (c for c in cases if c.phase == phase):
+            got = entry.send(bound, s2)
+            if got.status_code != entry.own:
+                problems.append(f"{entry.name}: {got.status_code} {got.text[:200]}")
+        if phase == "read":
+            for listing in (e for e in _entries() if isinstance(e, Listing)):
+                got = listing.send(bound, s2)
+                problem = _listing_problem(listing, got, hidden=world.s1, own=s2, key=key)
+                wanted = listing.shown(s2)
+                if problem is None and wanted is not None and wanted not in got.text:
+                    problem = f"{listing.name}: leaves out its own {wanted}"
+                if problem:
+                    problems.append(problem)
+
+    with _key(server) as key, _key(server, world.tokens["its key"]) as bound:
+        try:
+            run("read", bound, key)
+            # An `always` grant would hold for every session: not the token's to give.
+            always = bound.post(f"/v1/approvals/{s2.approval}", json={"decision": "always"})
+            assert always.status_code == 403, always.text
+            assert always.json()["error"]["code"] == "approval_refused"
+            simulator.script([{"reply": {"text": "denied, fine"}}])
+            run("decide", bound, key)
+        finally:
+            turn.join()
+        simulator.script([{"reply": {"text": f"answer {n}"}} for n in range(4)])
+        run("idle", bound, key)
+        run("last", bound, key)
+        run("end", bound, key)
+        # A token names its session or is refused; it is never pinned silently.
+        unnamed = _chat(bound, "which session?", {})
+        assert unnamed.status_code == 403, unnamed.text
+        assert unnamed.json()["error"]["code"] == "token_session_mismatch"
+    simulator.assert_script_done()
+    assert not problems, "\n".join(problems)
