@@ -43,6 +43,8 @@ def _serve(_args: argparse.Namespace) -> int:
         header_timeout_s=settings.http_header_timeout_s,
         body_timeout_s=settings.http_body_timeout_s,
         max_per_ip=settings.max_connections_per_ip,
+        max_header_bytes=settings.max_header_bytes,
+        max_header_fields=settings.max_header_fields,
     )
     # httpx logs every upstream request at INFO: a formatted line per call on the event
     # loop that the per-turn line (`courier.turn`) already covers.

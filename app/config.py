@@ -321,6 +321,10 @@ class Settings(BaseSettings):
     """Seconds a client has to send the whole request body after its head."""
     max_connections_per_ip: int = Field(default=64, ge=0)
     """Open connections per peer address (0 = unlimited, e.g. behind a reverse proxy)."""
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    """A request line and header block past this many bytes is answered 431 and closed."""
+    max_header_fields: int = Field(default=100, ge=8)
+    """A request with more header fields than this is answered 431 and closed."""
     upstream_max_connections: int | None = Field(default=None, ge=1)
     """Connections per upstream; None = `max_concurrent_turns`. Never below it: a smaller
     pool would silently queue streams behind each other."""
