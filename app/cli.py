@@ -10,13 +10,16 @@ from collections.abc import Callable
 
 
 def _serve(_args: argparse.Namespace) -> int:
-    from app.config import ConfigError, load_settings
+    from app.config import ConfigError, load_settings, upstream_problem
     from app.db.instance import DataDirBusy, DataDirLock
 
     try:
         settings = load_settings()
     except ConfigError as exc:
         print(f"courier: {exc}", file=sys.stderr)
+        return 2
+    if problem := upstream_problem(settings):
+        print(f"courier: {problem}", file=sys.stderr)
         return 2
     try:
         # Before the heavy imports, so a refused second server says so at once. Held until

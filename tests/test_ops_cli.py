@@ -80,6 +80,19 @@ def test_doctor_refuses_a_weak_key(good_env: dict[str, str]) -> None:
     assert "1 problem(s) to fix" in result.stdout
 
 
+def test_doctor_fails_a_key_that_is_a_repeated_pattern(good_env: dict[str, str]) -> None:
+    result = courier("doctor", "--skip-upstream", env={**good_env, "COURIER_API_KEY": "abcd" * 4})
+    assert result.returncode == 1, result.stdout
+    assert "FAIL  config: COURIER_API_KEY is a short pattern repeated" in result.stdout
+
+
+def test_doctor_fails_a_setup_with_no_upstream(good_env: dict[str, str]) -> None:
+    env = {k: v for k, v in good_env.items() if not k.startswith("COURIER_UPSTREAM_")}
+    result = courier("doctor", "--skip-upstream", env=env)
+    assert result.returncode == 1, result.stdout
+    assert "FAIL  upstream: neither COURIER_UPSTREAM_API_KEY nor" in result.stdout
+
+
 def test_doctor_warns_on_a_valid_but_guessable_key(env_in_process: dict[str, str]) -> None:
     os.environ["COURIER_API_KEY"] = "abcdefghijklmnopq"
     findings, status = doctor.run()
