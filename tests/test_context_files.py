@@ -9,11 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.agent.context_files import (
-    MAX_CONTEXT_FILE_CHARS,
-    first_context,
-    read_context_files,
-)
+from app.agent.context_files import MAX_CONTEXT_FILE_CHARS, read_context_files
 from app.agent.session_setup import SessionSetup
 from app.config import Profile, load_settings
 from app.db.store import Store
@@ -38,7 +34,11 @@ def ws(tmp_path: Path) -> Path:
 
 
 def _context(ws: Path) -> str:
-    return first_context(read_context_files(ws))
+    """As a prompt takes it, for a workspace no tool has changed (nothing held)."""
+    for file in read_context_files(ws):
+        if file.text is not None:
+            return f"Project context from {file.name}:\n{file.text}"
+    return ""
 
 
 @pytest.mark.parametrize("name", ["AGENTS.md", "COURIER.md"])
