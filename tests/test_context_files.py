@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.agent.context_files import MAX_CONTEXT_FILE_CHARS, read_context_files
-from app.agent.session_setup import SessionSetup
-from app.config import Profile, load_settings
-from app.db.store import Store
 
-KEY = "sk-courier-context-0123456789abcdef"
 SECRET = "host-secret-9f8e7d6c5b4a"
 
 
@@ -92,29 +87,3 @@ def test_a_fifo_does_not_hang_and_a_huge_file_is_cut(ws: Path) -> None:
 def test_a_missing_workspace_is_not_made(tmp_path: Path) -> None:
     assert _context(tmp_path / "nope") == ""
     assert not (tmp_path / "nope").exists()
-
-
-@pytest.fixture
-def setup(tmp_path: Path) -> Iterator[SessionSetup]:
-    settings = load_settings(api_key=KEY, data_dir=tmp_path, upstream_base_url="http://127.0.0.1:9")
-    store = Store.open(tmp_path / "courier.db")
-    yield SessionSetup(settings, store)
-    store.close()
-
-
-def test_a_session_prompt_never_carries_the_environment(
-    setup: SessionSetup, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("COURIER_CONTEXT_TEST_SECRET", SECRET)
-    workspace = setup.private_workspace("sess_1")
-    workspace.mkdir(parents=True)
-    (workspace / "AGENTS.md").symlink_to("/proc/self/environ")
-    prompt = setup.prompt(
-        Profile(toolsets=("core",)),
-        session_id="sess_1",
-        owner="key_1",
-        started_at=0.0,
-        instructions=(),
-        snapshot="[]",
-    )
-    assert SECRET not in prompt and "Project context" not in prompt
