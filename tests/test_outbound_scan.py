@@ -27,9 +27,13 @@ def _held(scan: OutboundScan, body: bytes) -> bool:
     return False
 
 
-@pytest.fixture
-def scan() -> OutboundScan:
-    return OutboundScan([SECRET, UNICODE_SECRET, "short"])
+@pytest.fixture(params=["find", "automaton"])
+def scan(request: pytest.FixtureRequest) -> OutboundScan:
+    """Both searches: a find per form for a few secrets, RE2 past `FIND_LIMIT` forms."""
+    more = [secrets.token_urlsafe(24) for _ in range(8)] if request.param == "automaton" else []
+    built = OutboundScan([SECRET, UNICODE_SECRET, "short", *more])
+    assert (built._compiled is not None) == (request.param == "automaton")
+    return built
 
 
 def test_the_secret_raw_and_json_escaped(scan: OutboundScan) -> None:

@@ -15,8 +15,8 @@ the value. The head is counted as it arrives, in bytes and in fields; past eithe
 client gets 431 (Request Header Fields Too Large) and the connection ends. Bytes are counted
 before the parser has joined them into anything: a head still incomplete after a chunk was
 wholly head, so at most one read's worth (uvloop reads 256 KiB) past the bound is parsed.
-The fields, and the exact size of a head that completes within one read, are counted in the
-parser's callbacks.
+The fields, and the exact size of a head that completes within one read, are counted when
+the head is complete, before the request goes any further.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ LINGER_S = 2.0
 """After a 431, how long the rest of the refused head is read and dropped: closing with
 unread data makes the kernel send a reset, which can destroy the 431 before the client
 reads it (as nginx's lingering_close)."""
-_HEAD_FIELD_OVERHEAD = 4
+_FIELD_OVERHEAD = 4
 """`: ` and CRLF around each field, for the callbacks' count of the head's bytes."""
 
 
@@ -56,7 +56,8 @@ def _too_large_response(limits: ConnectionLimits) -> bytes:
 
 
 class _HeadTooLarge(Exception):
-    """Raised in a parser callback: the parser stops, and uvicorn asks for a 400 (a 431 here)."""
+    """Raised in the parser's callback: the parser stops, and uvicorn asks for a 400 (a 431
+    here)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +87,8 @@ def guarded_httptools_protocol(limits: ConnectionLimits) -> type[HttpToolsProtoc
         _peer: str | None = None
         _head_bytes = 0
         """Bytes of reads that ended inside the current request's head."""
-        _parsed_bytes = 0
-        """The head's bytes as the parser's callbacks hand them over."""
-        _fields = 0
+        _reading = 0
+        """The size of the read being parsed."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -117,6 +117,7 @@ def guarded_httptools_protocol(limits: ConnectionLimits) -> type[HttpToolsProtoc
                 self._phase = "head"
                 self._arm(limits.header_timeout_s)
             heading = self._phase == "head"
+            self._reading = len(data)
             super().data_received(data)
             if heading and self._phase == "head":
                 # The head is still not complete, so this whole read belonged to it.
@@ -126,25 +127,12 @@ def guarded_httptools_protocol(limits: ConnectionLimits) -> type[HttpToolsProtoc
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
-            self._head_bytes = self._parsed_bytes = self._fields = 0
+            self._head_bytes = 0
 
-        def on_url(self, url: bytes) -> None:
-            self._count_head(len(url), fields=0)
-            super().on_url(url)
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self._count_head(len(name) + len(value) + _HEAD_FIELD_OVERHEAD, fields=1)
-            super().on_header(name, value)
-
-        def _count_head(self, size: int, *, fields: int) -> None:
-            self._parsed_bytes += size
-            self._fields += fields
-            if (
-                self._parsed_bytes > limits.max_header_bytes
-                or self._fields > limits.max_header_fields
-            ):
-                self._phase = "refused"
-                raise _HeadTooLarge
+        def _head_size(self) -> int:
+            if self._head_bytes + self._reading <= limits.max_header_bytes:
+                return 0  # everything received so far fits: no need to add it up
+            return len(self.url) + sum(len(n) + len(v) + _FIELD_OVERHEAD for n, v in self.headers)
 
         def send_400_response(self, msg: str) -> None:
             if self._phase == "refused":  # our callback stopped the parser
@@ -160,6 +148,13 @@ def guarded_httptools_protocol(limits: ConnectionLimits) -> type[HttpToolsProtoc
             self._arm(LINGER_S)
 
         def on_headers_complete(self) -> None:
+            # Counted once per request, not per field (a callback per header cost every
+            # request more than the whole check); one read's worth at most got this far.
+            if len(self.headers) > limits.max_header_fields or self._head_size() > (
+                limits.max_header_bytes
+            ):
+                self._phase = "refused"
+                raise _HeadTooLarge
             super().on_headers_complete()
             self._phase = "body"
             self._arm(limits.body_timeout_s)
