@@ -46,12 +46,19 @@ def good_env(sim: Simulator, tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def env_in_process(good_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def env_in_process(
+    good_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, str]]:
+    # Tests here set more names straight in os.environ (COURIER_TERMINAL_BACKEND=local):
+    # left behind, every server a later module starts inherited them.
+    saved = dict(os.environ)
     for key in [k for k in os.environ if k.startswith("COURIER_")]:
         monkeypatch.delenv(key)
     for key, value in good_env.items():
         monkeypatch.setenv(key, value)
-    return good_env
+    yield good_env
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def failures() -> list[doctor.Finding]:

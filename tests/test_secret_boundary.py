@@ -36,6 +36,9 @@ def _env(simulator: Simulator, **extra: str) -> dict[str, str]:
         COURIER_METRICS_API_KEY=METRICS_KEY,
         COURIER_TOKENS_ENABLED="1",
         COURIER_TOKEN_SECRET=TOKEN_SECRET,
+        # The per-session scratch sandbox, whatever the environment says.
+        COURIER_TERMINAL_BACKEND="sandbox",
+        COURIER_HOST="127.0.0.1",
         **extra,
     )
 
