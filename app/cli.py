@@ -10,13 +10,16 @@ from collections.abc import Callable
 
 
 def _serve(_args: argparse.Namespace) -> int:
-    from app.config import ConfigError, load_settings
+    from app.config import ConfigError, load_settings, upstream_problem
     from app.db.instance import DataDirBusy, DataDirLock
 
     try:
         settings = load_settings()
     except ConfigError as exc:
         print(f"courier: {exc}", file=sys.stderr)
+        return 2
+    if problem := upstream_problem(settings):
+        print(f"courier: {problem}", file=sys.stderr)
         return 2
     try:
         # Before the heavy imports, so a refused second server says so at once. Held until
@@ -43,6 +46,8 @@ def _serve(_args: argparse.Namespace) -> int:
         header_timeout_s=settings.http_header_timeout_s,
         body_timeout_s=settings.http_body_timeout_s,
         max_per_ip=settings.max_connections_per_ip,
+        max_header_bytes=settings.max_header_bytes,
+        max_header_fields=settings.max_header_fields,
     )
     # httpx logs every upstream request at INFO: a formatted line per call on the event
     # loop that the per-turn line (`courier.turn`) already covers.

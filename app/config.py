@@ -27,6 +27,8 @@ from pydantic_settings import (
 from app.tools.tool_quota import GiB, ToolQuota
 
 MIN_KEY_LENGTH = 16
+MIN_KEY_DISTINCT_CHARS = 8
+"""`abcdabcdabcdabcd` is 16 characters long and guessable in a handful of tries."""
 _PLACEHOLDER_KEYS = frozenset(
     {"changeme", "change-me", "changeit", "secret", "your-api-key", "replace-me", "apikey"}
 )
@@ -54,6 +56,42 @@ def key_problem(key: str) -> str | None:
         return (
             f"COURIER_API_KEY is {len(key)} characters; at least {MIN_KEY_LENGTH} are required "
             "(run `courier keygen`)"
+        )
+    if len(set(key)) < MIN_KEY_DISTINCT_CHARS or _repeats(key):
+        return (
+            f"COURIER_API_KEY is a short pattern repeated or has fewer than "
+            f"{MIN_KEY_DISTINCT_CHARS} distinct characters; run `courier keygen` for a real one"
+        )
+    return None
+
+
+def _repeats(key: str) -> bool:
+    """Whether `key` is one piece written at least twice over (`abcdabcdab`)."""
+    return any(
+        all(key[i] == key[i + period] for i in range(len(key) - period))
+        for period in range(1, len(key) // 2 + 1)
+    )
+
+
+def upstream_problem(settings: Settings) -> str | None:
+    """Why `courier serve` must not start with these upstreams, or None.
+
+    A profile with neither a key nor a base URL would send every prompt to the provider's
+    public endpoint without credentials: a setup mistake that fails only at the first turn,
+    with every turn's text already on its way to a third party. A keyless local server
+    (Ollama, llama.cpp, the simulator) names itself by its base URL.
+    """
+    for position, profile in enumerate(settings.all_profiles()):
+        if profile.api_key or profile.api_keys or profile.base_url:
+            continue
+        if position == 0:  # the default profile, from the flat environment names
+            names = "COURIER_UPSTREAM_API_KEY nor COURIER_UPSTREAM_BASE_URL is"
+        else:
+            names = f"api_key nor base_url of profile {profile.name!r} is"
+        return (
+            f"refusing to start: neither {names} set, so turns would go to the "
+            f"provider's public endpoint without a key; set the key, or the base URL of a "
+            "keyless local server (Ollama, the simulator)"
         )
     return None
 
@@ -324,6 +362,10 @@ class Settings(BaseSettings):
     """Seconds a client has to send the whole request body after its head."""
     max_connections_per_ip: int = Field(default=64, ge=0)
     """Open connections per peer address (0 = unlimited, e.g. behind a reverse proxy)."""
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    """A request line and header block past this many bytes is answered 431 and closed."""
+    max_header_fields: int = Field(default=100, ge=8)
+    """A request with more header fields than this is answered 431 and closed."""
     upstream_max_connections: int | None = Field(default=None, ge=1)
     """Connections per upstream; None = `max_concurrent_turns`. Never below it: a smaller
     pool would silently queue streams behind each other."""

@@ -60,6 +60,7 @@ from app.security.approvals import ApprovalGate, ApprovalPolicy
 from app.security.auth import Authenticator
 from app.security.headers import SECURITY_HEADERS, SecurityHeaders
 from app.security.limits import Limits
+from app.security.outbound import OutboundScan
 from app.security.redact import install as install_redaction
 from app.security.tokens import TokenIssuer
 from app.serving import ChatServing
@@ -80,6 +81,8 @@ def build_providers(
     settings: Settings, clients: UpstreamClients, key_states: KeyStates
 ) -> dict[str, Provider]:
     providers: dict[str, Provider] = {}
+    # The last line: every body is searched for these before it is sent upstream.
+    outbound = OutboundScan(known_secrets(settings))
     for profile in settings.all_profiles():
         base_url = profile.base_url or DEFAULT_BASE_URLS[profile.provider]
         providers[profile.name] = build_keyed_provider(
@@ -87,6 +90,7 @@ def build_providers(
             key_states,
             base_url=base_url,
             clients=clients,
+            outbound=outbound,
         )
     return providers
 
@@ -120,7 +124,8 @@ def build_gate(settings: Settings, store: Store, auth: Authenticator) -> Approva
 
 
 def known_secrets(settings: Settings) -> list[str]:
-    """Every credential the process holds, for the log and error redactor."""
+    """Every credential the process holds, for the log and error redactor and the scan of
+    upstream bodies. A key configured only by its hash (`key_sha256`) is not known here."""
     values = [settings.api_key, settings.admin_api_key, settings.metrics_api_key]
     values += [settings.upstream_api_key, settings.token_secret]
     values += [p.api_key for p in settings.profiles]

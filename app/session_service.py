@@ -12,11 +12,13 @@ import shutil
 import time
 from dataclasses import dataclass
 
+from app.agent.context_files import workspace_key
 from app.agent.lifecycle import new_session_id
 from app.agent.refusals import ProfileGone, SessionBusy
 from app.agent.turns import TurnManager
 from app.db import session_query as q
 from app.db.chat_store import put_images, session_images
+from app.db.context_store import copy_context_rows
 from app.db.models import MessageRow, SessionRow
 from app.db.store import NewMessage, Store
 from app.serving import ChatServing
@@ -85,6 +87,8 @@ class SessionService:
                 # symlinks=True: following a link the agent planted would copy files from
                 # outside the workspace into the fork.
                 shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+                # Before the fork's prompt is built: a copied file a tool changed stays held.
+                copy_context_rows(self.store, source=workspace_key(src), target=workspace_key(dst))
                 copied = True
         instructions = json.loads(source.client_instructions)
         prompt = self.chat.setup.prompt(

@@ -112,13 +112,17 @@ def test_every_hostile_step_waits_and_nothing_reaches_the_next_prompt(
 def test_with_an_approval_the_instruction_file_does_reach_the_next_prompt(
     server: Server, sim: Simulator, ws: Path
 ) -> None:
-    """The control: the boundary is the human, not a broken write path."""
+    """The control: the boundary is the human, not a broken write path. Two answers: the
+    write itself, then the changed file before prompts take it (issue 28)."""
     sim.script([{"reply": {"tool_calls": HOSTILE[1:2]}}, {"reply": {"text": "done"}}])
     turn = BackgroundTurn(server, "write it").start()
     [approval] = pending(server)
     assert approval["tool"] == "write_file"
     assert decide(server, approval["id"], "once").status_code == 200
     turn.join()
+    [change] = pending(server)
+    assert change["rule"] == "context.instruction_change" and INJECTION in change["summary"]
+    assert decide(server, change["id"], "once").status_code == 200
     sim.script([{"reply": {"text": "hi"}}])
     httpx.post(
         f"{server.base_url}/v1/chat/completions",

@@ -137,11 +137,20 @@ def test_the_subprocess_log_holds_no_key(sim: Simulator, tmp_path: Path) -> None
         sim.script([{"reply": {"text": "ok"}}])
         turn = httpx.post(
             f"{base}/v1/chat/completions",
-            json={"model": "courier", "messages": [{"role": "user", "content": key}], key: 1},
+            json={"model": "courier", "messages": [{"role": "user", "content": "hi"}], key: 1},
             headers=server.headers(),
             timeout=30,
         )
         assert turn.status_code == 200, turn.text
+        # The key as a message: the turn is held back before the upstream (issue 28), and
+        # its refusal is logged without the key.
+        held = httpx.post(
+            f"{base}/v1/chat/completions",
+            json={"model": "courier", "messages": [{"role": "user", "content": key}]},
+            headers=server.headers(),
+            timeout=30,
+        )
+        assert held.json()["error"]["code"] == "secret_in_request", held.text
         httpx.get(f"{base}/v1/models?key={key}", headers=server.headers())
         httpx.get(f"{base}/v1/{key}", headers=server.headers())
         httpx.post(

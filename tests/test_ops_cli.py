@@ -46,12 +46,19 @@ def good_env(sim: Simulator, tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def env_in_process(good_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def env_in_process(
+    good_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, str]]:
+    # Tests here set more names straight in os.environ (COURIER_TERMINAL_BACKEND=local):
+    # left behind, every server a later module starts inherited them.
+    saved = dict(os.environ)
     for key in [k for k in os.environ if k.startswith("COURIER_")]:
         monkeypatch.delenv(key)
     for key, value in good_env.items():
         monkeypatch.setenv(key, value)
-    return good_env
+    yield good_env
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def failures() -> list[doctor.Finding]:
@@ -78,6 +85,19 @@ def test_doctor_refuses_a_weak_key(good_env: dict[str, str]) -> None:
     assert result.returncode == 1
     assert "FAIL  config: COURIER_API_KEY is 5 characters" in result.stdout
     assert "1 problem(s) to fix" in result.stdout
+
+
+def test_doctor_fails_a_key_that_is_a_repeated_pattern(good_env: dict[str, str]) -> None:
+    result = courier("doctor", "--skip-upstream", env={**good_env, "COURIER_API_KEY": "abcd" * 4})
+    assert result.returncode == 1, result.stdout
+    assert "FAIL  config: COURIER_API_KEY is a short pattern repeated" in result.stdout
+
+
+def test_doctor_fails_a_setup_with_no_upstream(good_env: dict[str, str]) -> None:
+    env = {k: v for k, v in good_env.items() if not k.startswith("COURIER_UPSTREAM_")}
+    result = courier("doctor", "--skip-upstream", env=env)
+    assert result.returncode == 1, result.stdout
+    assert "FAIL  upstream: neither COURIER_UPSTREAM_API_KEY nor" in result.stdout
 
 
 def test_doctor_warns_on_a_valid_but_guessable_key(env_in_process: dict[str, str]) -> None:

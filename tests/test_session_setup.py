@@ -107,3 +107,12 @@ def test_a_profile_workspace_is_made_if_missing(setup: SessionSetup, tmp_path: P
     shared = tmp_path / "team" / "project"
     assert setup.workspace(Profile(workspace=shared), "sess_1") == shared
     assert shared.is_dir()
+
+
+def test_a_prompt_never_carries_the_server_s_environment(setup: SessionSetup) -> None:
+    """A link the model planted in its workspace is refused (app/agent/context_files.py)."""
+    workspace = setup.private_workspace("sess_1")
+    workspace.mkdir(parents=True)
+    (workspace / "AGENTS.md").symlink_to("/proc/self/environ")
+    prompt = _prompt(setup, Profile(toolsets=NO_MEMORY))
+    assert "Project context" not in prompt and "PATH=" not in prompt

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
+
+from tests.support.server import Server, sim_env
+from tests.support.sim import Simulator
 
 GOOD_KEY = "a-perfectly-fine-key-123"
 
@@ -33,6 +38,9 @@ def _serve(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
         ("password1234567890", "placeholder"),
         ("aaaaaaaaaaaaaaaaaaaaaaaa", "placeholder"),
         ("sk-xxxxxxxxxxxxxxxxxxxx", "placeholder"),
+        ("abcdabcdabcdabcd", "pattern repeated"),
+        ("ab-ab-ab-ab-ab-ab-ab", "pattern repeated"),
+        ("aabbccddaabbccddx", "fewer than 8 distinct"),
     ],
 )
 def test_refuses_weak_keys(tmp_path: Path, key: str | None, says: str) -> None:
@@ -102,6 +110,52 @@ def test_keygen_prints_a_strong_key() -> None:
 
 
 def test_refuses_a_broken_tool_plugin(tmp_path: Path) -> None:
-    result = _serve(tmp_path, COURIER_API_KEY=GOOD_KEY, COURIER_TOOL_PLUGINS="no.such.module:X")
+    result = _serve(
+        tmp_path,
+        COURIER_API_KEY=GOOD_KEY,
+        COURIER_UPSTREAM_BASE_URL="http://127.0.0.1:9/v1",
+        COURIER_TOOL_PLUGINS="no.such.module:X",
+    )
     assert result.returncode == 2
     assert "could not be loaded" in result.stderr.strip()
+
+
+def test_refuses_to_start_with_no_upstream_key_nor_base_url(tmp_path: Path) -> None:
+    """Unset, turns would go to the public OpenAI API with no key."""
+    result = _serve(tmp_path, COURIER_API_KEY=GOOD_KEY)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert "COURIER_UPSTREAM_API_KEY" in line and "COURIER_UPSTREAM_BASE_URL" in line
+
+
+def test_a_toml_profile_with_neither_is_named(tmp_path: Path) -> None:
+    config = tmp_path / "courier.toml"
+    config.write_text('[[profiles]]\nname = "claude"\nprovider = "anthropic"\n')
+    result = _serve(
+        tmp_path,
+        COURIER_API_KEY=GOOD_KEY,
+        COURIER_UPSTREAM_BASE_URL="http://127.0.0.1:11434/v1",
+        COURIER_CONFIG=str(config),
+    )
+    assert result.returncode == 2
+    assert "profile 'claude'" in result.stderr and "base_url" in result.stderr
+
+
+def test_the_data_dir_and_database_are_owner_only(simulator: Simulator, tmp_path: Path) -> None:
+    data = tmp_path / "fresh" / "data"
+    env = sim_env(simulator.base_url, COURIER_DATA_DIR=str(data))
+    server = Server(data_dir=tmp_path / "logs", env=env).start()
+    try:
+        turn = httpx.post(
+            f"{server.base_url}/v1/chat/completions",
+            json={"model": "courier", "messages": [{"role": "user", "content": "hi"}]},
+            headers=server.headers(),
+            timeout=30,
+        )
+        assert turn.status_code in (200, 502)  # either way the store has written
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in data.iterdir()}
+    finally:
+        server.stop()
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
+    for name in ("courier.db", "courier.db-wal", "courier.db-shm", "courier.lock"):
+        assert modes[name] == 0o600, (name, oct(modes[name]))

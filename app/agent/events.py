@@ -19,6 +19,7 @@ ExitReason = Literal[
     "spend_limit",
     "internal_error",
     "invalid_output",
+    "secret_in_request",
     "truncated",
     "empty_reply",
     "interrupted",

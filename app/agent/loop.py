@@ -42,6 +42,7 @@ from app.providers.base import (
 )
 from app.providers.retry import stream_with_retry
 from app.providers.usage import Usage
+from app.security.outbound import SecretInRequest
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,10 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
     except ProviderError as exc:
         log.warning("turn %s: upstream %s: %s", ctx.turn_id, exc.kind, exc.message)
         return state.finished("upstream_error", error=upstream_turn_error(exc, state))
+    except SecretInRequest:
+        # Nothing was sent; the same request would carry the same secret, so no retry.
+        log.warning("turn %s: upstream request held back: it carried a server secret", ctx.turn_id)
+        return state.finished("secret_in_request", error=secret_error())
     except LeaseLost:
         return state.finished("lease_lost", error=_error("session_busy", "conflict"))
     except PersistenceError:
@@ -399,6 +404,15 @@ def _error(code: str, type_: str = "server_error") -> TurnError:
         "also after one repair attempt",
     }
     return TurnError(message=messages.get(code, code), type=type_, code=code)
+
+
+def secret_error() -> TurnError:
+    return TurnError(
+        message="the request to the model carried one of the server's own credentials, so it "
+        "was not sent; nothing in this conversation may repeat a server key",
+        type="invalid_request_error",
+        code="secret_in_request",
+    )
 
 
 def upstream_turn_error(exc: ProviderError, state: TurnState | None = None) -> TurnError:

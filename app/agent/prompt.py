@@ -7,15 +7,11 @@ day the session *started*; a clock here would change the bytes on every turn.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from app.config import Profile
-
-log = logging.getLogger(__name__)
 
 IDENTITY = (
     "You are Courier, a capable assistant that works through tools run on the server. "
@@ -29,9 +25,6 @@ TOOL_GUIDANCE = (
     "returns an error, read it and correct the call rather than repeating it."
 )
 
-CONTEXT_FILES = ("COURIER.md", "AGENTS.md")
-"""Looked up in the workspace at session start; the first one found joins the context."""
-MAX_CONTEXT_FILE_CHARS = 20_000
 TIER_SEPARATOR = "\n\n"
 
 
@@ -55,20 +48,6 @@ def stable_tier(profile: Profile, tool_names: Sequence[str]) -> str:
     return stable
 
 
-def read_context_file(workspace: Path | None) -> str:
-    if workspace is None:
-        return ""
-    for name in CONTEXT_FILES:
-        path = workspace / name
-        try:
-            if path.is_file():
-                text = path.read_text(encoding="utf-8", errors="replace")
-                return f"Project context from {name}:\n{text[:MAX_CONTEXT_FILE_CHARS]}"
-        except OSError:
-            log.warning("could not read context file %s", path)
-    return ""
-
-
 def build_prompt(
     *,
     profile: Profile,
@@ -76,13 +55,15 @@ def build_prompt(
     session_id: str,
     started_at: float,
     tool_names: Sequence[str],
-    workspace: Path | None = None,
+    context_file: str = "",
     memory: str = "",
 ) -> PromptTiers:
+    """`context_file`: the workspace's context file as a prompt may take it
+    (`app/agent/context_files.py`), never read here."""
     context_parts = [
         profile.instructions.strip(),
         *(c.strip() for c in client_instructions),
-        read_context_file(workspace),
+        context_file,
     ]
     context = TIER_SEPARATOR.join(part for part in context_parts if part)
     day = time.strftime("%Y-%m-%d", time.gmtime(started_at))

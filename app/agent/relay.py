@@ -19,7 +19,7 @@ from app.agent.accumulate import ReplyBuilder
 from app.agent.budget import SpendGuard
 from app.agent.events import ClientToolCalls, TurnError, TurnFinished, TurnText
 from app.agent.ledger import CallSite, Timing, record_call
-from app.agent.loop import upstream_turn_error
+from app.agent.loop import secret_error, upstream_turn_error
 from app.agent.projection import project
 from app.agent.refusals import SpendRefused
 from app.agent.spend_caps import SpendCaps, price_override
@@ -43,6 +43,7 @@ from app.providers.base import (
 from app.providers.pricing import Cost, PriceOverride
 from app.providers.retry import stream_with_retry
 from app.providers.usage import Usage
+from app.security.outbound import SecretInRequest
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,16 @@ async def run_relay(relay: RelayInput, handle: TurnHandle) -> TurnFinished:
             exit_reason="upstream_error",
             finish_reason="stop",
             error=upstream_turn_error(exc),
+        )
+    except SecretInRequest:
+        log.warning("relay %s: upstream request held back: a server secret", handle.turn_id)
+        return TurnFinished(
+            exit_reason="secret_in_request",
+            finish_reason="stop",
+            usage=Usage(),
+            cost=Cost.zero(),
+            upstream_calls=0,
+            error=secret_error(),
         )
     except asyncio.CancelledError:
         usage = building.usage or Usage()

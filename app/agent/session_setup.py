@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from app.agent.context_files import prompt_context
 from app.agent.prompt import build_prompt
 from app.agent.tool_snapshot import snapshot_names
 from app.config import Profile, Settings
@@ -68,7 +69,7 @@ class SessionSetup:
             session_id=session_id,
             started_at=started_at,
             tool_names=snapshot_names(snapshot),
-            workspace=workspace if look else None,
+            context_file=prompt_context(self.store, workspace) if look else "",
             memory=self.memory(profile, owner=owner, end_user=end_user),
         ).render()
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
+from app.agent.context_files import ContextWatch
 from app.agent.events import ToolFinished, ToolStarted, TurnEvent
 from app.db.store import NewMessage, Store
 from app.providers.base import ToolCall
@@ -85,6 +86,9 @@ class BatchRunner:
     emit: Callable[[TurnEvent], None]
     guard: Guard | None = None
     """Approvals and the command guard (app/security/approvals.py), before each call."""
+    watch: ContextWatch | None = None
+    """The workspace's context files, read around each batch: a change a tool made is held
+    for a person's approval (app/agent/context_files.py)."""
     spill_used: int = 0
     """Characters of tool output already put in front of the model this turn."""
     _started: dict[int, float] = field(default_factory=dict)
@@ -95,15 +99,20 @@ class BatchRunner:
         # Per batch: indices restart at 0, and a row kept from the last batch would pass
         # for this one's stored result.
         self._rows = {}
-        outcomes = await dispatch(
-            calls,
-            self.registry,
-            self.tool_ctx,
-            on_start=self._on_start,
-            on_result=self._on_result,
-            guard=self.guard,
-            in_unit=self._in_unit,
-        )
+        before = self.watch.before() if self.watch is not None else None
+        try:
+            outcomes = await dispatch(
+                calls,
+                self.registry,
+                self.tool_ctx,
+                on_start=self._on_start,
+                on_result=self._on_result,
+                guard=self.guard,
+                in_unit=self._in_unit,
+            )
+        finally:
+            if self.watch is not None and before is not None:
+                await self.watch.after(before)
         self._relocate_oversized(calls, outcomes)
         return outcomes
 

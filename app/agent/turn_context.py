@@ -16,6 +16,7 @@ from app.agent.accumulate import ReplyBuilder
 from app.agent.budget import SpendGuard
 from app.agent.cache_planner import StablePrefixRegistry
 from app.agent.compressor import Compressor
+from app.agent.context_files import ContextWatch
 from app.agent.events import ExitReason, TurnError, TurnEvent, TurnFinished
 from app.agent.tool_step import BatchRunner
 from app.config import Profile
@@ -142,6 +143,13 @@ class TurnState:
                     owner=ctx.owner,
                     workspace=ctx.workspace,
                     emit=ctx.emit,
+                ),
+                watch=ContextWatch(
+                    store=ctx.store,
+                    workspace=ctx.workspace,
+                    session_id=ctx.session_id,
+                    turn_id=ctx.turn_id,
+                    requested_by=ctx.gate.name_of(ctx.owner) if ctx.gate else ctx.owner,
                 ),
             )
         return self.runner

@@ -57,3 +57,33 @@ class GrantRow(SQLModel, table=True):
     created_by: str
     created_at: float = Field(default_factory=_now)
     approval_id: str | None = None
+
+
+INSTRUCTION_CHANGE_RULE = "context.instruction_change"
+"""The rule of an approval no turn waits on: a tool changed a workspace's context file, and
+its new content joins a prompt only once a person accepts it (app/agent/context_files.py)."""
+
+
+class ContextFileRow(SQLModel, table=True):
+    """What a person has accepted of one context file of one workspace, and what a tool left.
+
+    A row exists only once a tool batch has changed the file; until then the file is the
+    person's own and is read as it is.
+    """
+
+    __tablename__ = "context_file"
+
+    workspace: str = Field(primary_key=True)
+    """The workspace's absolute path."""
+    name: str = Field(primary_key=True)
+    approved_digest: str
+    """sha256 of the accepted content; "" when what was accepted is no file at all."""
+    approved_text: str | None = None
+    """The accepted content as a prompt takes it; None when there was no file."""
+    held_digest: str | None = None
+    """sha256 of what a tool left there and nobody accepted yet ("" for a deletion)."""
+    held_text: str | None = None
+    approval_id: str | None = Field(default=None, index=True)
+    """The approval that would accept `held_*`, while it is pending."""
+    changed_by_session: str | None = None
+    changed_at: float = Field(default_factory=_now)

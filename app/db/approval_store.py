@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from sqlalchemy import Engine, update
 from sqlmodel import Session, col, select
 
-from app.db.approval_models import ApprovalRow, GrantRow
+from app.db.approval_models import INSTRUCTION_CHANGE_RULE, ApprovalRow, GrantRow
 
 
 class ApprovalStore:
@@ -91,11 +91,15 @@ class ApprovalStore:
             return bool(result.rowcount)
 
     def abandon_pending(self) -> int:
-        """At startup: a pending row belongs to a turn of a dead process; nobody waits."""
+        """At startup: a pending row belongs to a turn of a dead process; nobody waits.
+        An instruction change has no turn waiting on it by design: it stays pending."""
         with Session(self.engine) as db:
             result = db.exec(
                 update(ApprovalRow)
-                .where(col(ApprovalRow.status) == "pending")
+                .where(
+                    col(ApprovalRow.status) == "pending",
+                    col(ApprovalRow.rule) != INSTRUCTION_CHANGE_RULE,
+                )
                 .values(status="abandoned", decided_at=time.time())
             )
             db.commit()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from app.db import (
     search_index,
     tool_sets,  # noqa: F401  (its table, and the load event resolving session snapshots)
 )
+from app.db.instance import PRIVATE_FILE_MODE, make_data_dir
 
 MMAP_BYTES = 256 * 1024 * 1024
 
@@ -36,7 +38,10 @@ def _on_connect(dbapi_connection: Any, _record: Any) -> None:
 
 def make_engine(db_path: Path) -> Engine:
     """Create the engine and the schema; idempotent, so every startup may call it."""
-    db_path.parent.mkdir(parents=True, exist_ok=True)
+    make_data_dir(db_path.parent)
+    # Made owner-only before SQLite opens it: SQLite gives the -wal and -shm files the
+    # database file's own mode, so they are owner-only too.
+    os.close(os.open(db_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE))
     engine = create_engine(
         f"sqlite:///{db_path}",
         connect_args={"check_same_thread": False, "timeout": 5},

@@ -21,6 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LOCK_NAME = "courier.lock"
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+"""The data directory holds every transcript and key ledger: made with the umask's 0755 and
+0644 they were readable by every local user."""
+
+
+def make_data_dir(path: Path) -> None:
+    """The data directory, owner-only when it is made here (an existing one is left as it
+    is: `courier doctor` names a loose mode)."""
+    if path.is_dir():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=PRIVATE_DIR_MODE)
 
 
 class DataDirBusy(Exception):
@@ -67,9 +81,9 @@ class DataDirLock:
 
     @classmethod
     def acquire(cls, data_dir: Path) -> DataDirLock:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        make_data_dir(data_dir)
         path = data_dir / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

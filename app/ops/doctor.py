@@ -19,7 +19,15 @@ from typing import Literal
 import httpx
 
 from app.agent.spend_caps import price_override
-from app.config import ConfigError, Profile, Settings, is_loopback, key_problem, load_settings
+from app.config import (
+    ConfigError,
+    Profile,
+    Settings,
+    is_loopback,
+    key_problem,
+    load_settings,
+    upstream_problem,
+)
 from app.providers.pricing import price_usage
 from app.providers.usage import Usage
 from app.tools.sandbox import in_container, sandbox_status
@@ -180,6 +188,12 @@ def _models_url(profile: Profile) -> tuple[str, dict[str, str]]:
     return f"{base}/models", {"Authorization": f"Bearer {key}"}
 
 
+def check_upstream_config(settings: Settings) -> Iterable[Finding]:
+    """What `courier serve` refuses: a profile with neither an upstream key nor a base URL."""
+    if problem := upstream_problem(settings):
+        yield Finding("fail", "upstream", problem.removeprefix("refusing to start: "))
+
+
 def check_upstreams(
     settings: Settings, *, get: Callable[..., httpx.Response] = httpx.get
 ) -> Iterable[Finding]:
@@ -234,6 +248,7 @@ def run(*, upstream: bool = True) -> tuple[list[Finding], int]:
         *check_bind(settings),
         *check_sandbox(settings),
         *check_data_dir(settings),
+        *check_upstream_config(settings),
     ]
     if upstream:
         findings += check_upstreams(settings)

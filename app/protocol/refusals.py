@@ -38,6 +38,9 @@ _TURN_STATUS = {
     "spend_limit_unpriced": 402,
     "persistence_failed": 500,
     "internal_error": 500,
+    # What the conversation holds (a client's message, a tool's output) makes every retry
+    # carry the same secret: a client error, never a 5xx an SDK would retry.
+    "secret_in_request": 400,
 }
 UPSTREAM_PREFIX = "upstream_"
 

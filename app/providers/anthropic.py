@@ -46,6 +46,7 @@ from app.providers.fragments import MessageFragments
 from app.providers.messages_sse import Event, MessagesEventDecoder
 from app.providers.openai_chat import encode_body
 from app.providers.usage import usage_from_anthropic
+from app.security.outbound import NO_SCAN, OutboundScan
 
 # ---------------------------------------------------------------------------- request body
 
@@ -456,8 +457,11 @@ class AnthropicProvider:
         timeout: float = 600,
         default_max_tokens: int = 8192,
         http_client: httpx2.AsyncClient | None = None,
+        outbound: OutboundScan = NO_SCAN,
     ) -> None:
         self._api_key = api_key
+        self._outbound = outbound
+        """Searched on every body before it is sent (app/security/outbound.py)."""
         self._default_max_tokens = default_max_tokens
         self._owns_client = http_client is None
         # Credentials are exactly what configuration says: without a key the SDK would go
@@ -480,6 +484,7 @@ class AnthropicProvider:
         if os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1":
             # Tests: the spliced body must equal a full build and encode of the request.
             _check_body(request, body, default_max_tokens=self._default_max_tokens)
+        self._outbound.check(body)
         return body
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:

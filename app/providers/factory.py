@@ -9,6 +9,7 @@ from app.providers.base import Provider
 from app.providers.clients import UpstreamClients
 from app.providers.keyring import KeyStates, RotatingProvider, fingerprint
 from app.providers.openai_chat import OpenAIChatProvider
+from app.security.outbound import NO_SCAN, OutboundScan
 
 if TYPE_CHECKING:
     from app.config import Profile
@@ -29,6 +30,7 @@ def build_provider(
     cache_markers: bool = False,
     timeout: float = 600,
     clients: UpstreamClients | None = None,
+    outbound: OutboundScan = NO_SCAN,
 ) -> Provider:
     """An adapter for `kind`. `cache_markers` only applies to the OpenAI wire shape: the
     Anthropic wire always carries its markers natively. No base URL means the provider's
@@ -43,11 +45,14 @@ def build_provider(
                 timeout=timeout,
                 cache_markers=cache_markers,
                 http_client=clients.for_url(base_url, timeout=timeout) if clients else None,
+                outbound=outbound,
             )
         case "anthropic":
             # The SDK is built on httpx2, a fork of httpx: its client is a separate one.
             sdk_client = clients.sdk_client_for_url(base_url, timeout=timeout) if clients else None
-            return AnthropicProvider(base_url, api_key, timeout=timeout, http_client=sdk_client)
+            return AnthropicProvider(
+                base_url, api_key, timeout=timeout, http_client=sdk_client, outbound=outbound
+            )
         case _:
             assert_never(kind)
 
@@ -58,6 +63,7 @@ def build_keyed_provider(
     *,
     base_url: str | None = None,
     clients: UpstreamClients | None = None,
+    outbound: OutboundScan = NO_SCAN,
 ) -> Provider:
     """The profile's adapter; with several upstream keys, a ring that rotates past a
     throttled or refused one (every key's adapter shares the upstream's pool)."""
@@ -72,6 +78,7 @@ def build_keyed_provider(
             cache_markers=profile.cache_markers,
             timeout=profile.upstream_timeout_s,
             clients=clients,
+            outbound=outbound,
         )
 
     if len(keys) <= 1:

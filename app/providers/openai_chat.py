@@ -50,6 +50,7 @@ from app.providers.errors import PhraseTable, classify_http_error, classify_stre
 from app.providers.fragments import MessageFragments
 from app.providers.transport import body_chunks, send_streaming
 from app.providers.usage import usage_from_openai
+from app.security.outbound import NO_SCAN, OutboundScan
 
 log = logging.getLogger(__name__)
 
@@ -611,7 +612,10 @@ class OpenAIChatProvider:
         cache_markers: bool = False,
         extra_headers: dict[str, str] | None = None,
         http_client: httpx.AsyncClient | None = None,
+        outbound: OutboundScan = NO_SCAN,
     ) -> None:
+        self._outbound = outbound
+        """Searched on every body before it is sent (app/security/outbound.py)."""
         # Parsed once: httpx re-parses a string URL on every request (about 50 µs).
         self._url = httpx.URL(base_url.rstrip("/") + "/chat/completions")
         self._api_key = api_key
@@ -693,6 +697,7 @@ class OpenAIChatProvider:
         if os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1":
             # Tests: the spliced body must equal a full build and encode of the request.
             _check_body(request, body, cache_markers=self._cache_markers)
+        self._outbound.check(body)
         return body
 
     async def _body_chunks(self, response: httpx.Response) -> AsyncGenerator[bytes, None]:

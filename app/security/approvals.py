@@ -5,7 +5,9 @@ The order of `TurnGuard.judge` is the design, and the bypass comes late on purpo
 1. the command guard's floor, the `sudo -S` guard and the operator's deny globs refuse;
 2. Courier's own config, database and data directory are refused for every tool;
 3. a write to an agent instruction file asks a human, every time, bypass or not, and a
-   `session` or `always` answer is refused for it (only `once` or `deny`);
+   `session` or `always` answer is refused for it (only `once` or `deny`); so is the
+   change itself, by whatever command it was made, before later prompts take it
+   (`context.instruction_change`, raised by app/agent/context_files.py; no turn waits);
 4. only now: approvals off (frozen at startup), the allowlist, standing grants and the
    profile's unattended mode may let a dangerous call through without asking.
 
@@ -31,8 +33,9 @@ from typing import Any, Literal
 
 from app.agent.events import ApprovalRequested, ApprovalResolved, TurnEvent
 from app.config import Profile, Settings, config_file_path
-from app.db.approval_models import ApprovalRow, GrantRow
+from app.db.approval_models import INSTRUCTION_CHANGE_RULE, ApprovalRow, GrantRow
 from app.db.approval_store import ApprovalStore
+from app.db.context_store import decide_change
 from app.providers.base import ToolCall
 from app.security.command_guard import Verdict, allowlisted, check_command
 from app.security.protected import PathPolicy, path_arguments
@@ -208,6 +211,8 @@ class ApprovalGate:
             raise ApprovalNotFound(approval_id)
         if decision not in DECISIONS:
             raise ApprovalRefused(f"decision must be one of {', '.join(DECISIONS)}")
+        if row.rule == INSTRUCTION_CHANGE_RULE:
+            return self._decide_instruction_change(row, decision, approver), None
         future = self._waiters.get(approval_id)
         if row.status != "pending" or future is None or future.done():
             if row.status == "pending":  # its turn is gone (a crash left it): close it
@@ -242,6 +247,33 @@ class ApprovalGate:
         settled = self.store.get(approval_id=approval_id)
         assert settled is not None
         return settled, grant
+
+    def _decide_instruction_change(
+        self, row: ApprovalRow, decision: Decision, approver: str
+    ) -> ApprovalRow:
+        """A held context-file change: no turn waits; the decision is applied to the file's
+        record in the same transaction (app/db/context_store.py)."""
+        if row.status != "pending":
+            raise ApprovalConflict(f"approval {row.id} is {row.status}, not pending")
+        if decision in ("session", "always"):
+            raise ApprovalRefused(
+                "this is a change to an agent instruction file: it can only be approved "
+                "once or denied, never by a standing grant"
+            )
+        if self.policy.separate_approver and approver == row.requested_by:
+            raise ApprovalRefused(
+                "approvals.separate_approver is set: the requester may not approve its own call"
+            )
+        if row.expires_at < self.clock():
+            self.store.settle(approval_id=row.id, status="expired")
+            raise ApprovalConflict(f"approval {row.id} has expired")
+        if not decide_change(
+            self.store.engine, approval_id=row.id, accept=decision == "once", decided_by=approver
+        ):
+            raise ApprovalConflict(f"approval {row.id} was settled meanwhile")
+        settled = self.store.get(approval_id=row.id)
+        assert settled is not None
+        return settled
 
     def granted(self, *, tool: str, session_id: str, pattern: str, command: str | None) -> bool:
         for grant in self.store.applicable_grants(tool=tool, session_id=session_id):
