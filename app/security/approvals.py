@@ -303,7 +303,16 @@ class TurnGuard:
         self, call: ToolCall, tool: Tool, raw_args: dict[str, Any]
     ) -> ToolOutcome | None:
         args = coerce_arguments(raw_args, tool.parameters)
-        verdict, command = self.judge(tool, args)
+        try:
+            verdict, command = self.judge(tool, args)
+        except OSError as exc:
+            # A path the model named changed while it was checked (another session swapping
+            # a directory for a link): unjudged means not run, and the turn goes on.
+            log.warning("could not judge %s call %s: %s", tool.name, call.id, exc)
+            return refusal(
+                f"a path in this call changed while it was being checked ({exc.strerror}), "
+                "so the call was not run."
+            )
         if verdict.action == "allow":
             return None
         if verdict.action == "block":

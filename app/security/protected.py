@@ -32,8 +32,30 @@ READ_ONLY_PROGRAMS = frozenset(
 PATH_ARGUMENTS = ("path", "file", "filename", "target", "source", "destination", "dest")
 
 
+RESOLVE_ATTEMPTS = 3
+
+
+class PathChanged(OSError):
+    """A path kept changing while the guard resolved it (a directory swapped for a link)."""
+
+
 def _real(path: Path) -> Path:
-    return Path(os.path.realpath(path))
+    """`realpath`, for a path another process may be changing under us.
+
+    realpath lstat()s a component and then readlink()s it: when the directory is swapped
+    for a symlink (or back) in between, that raises EINVAL or ENOENT, and an uncaught
+    error here ended the whole turn with a 500. A short retry rides out a one-off swap;
+    a path that keeps changing is a `PathChanged`, which the guard turns into a refusal.
+    """
+    for _ in range(RESOLVE_ATTEMPTS - 1):
+        try:
+            return Path(os.path.realpath(path))
+        except OSError:
+            continue
+    try:
+        return Path(os.path.realpath(path))
+    except OSError as exc:
+        raise PathChanged(exc.errno, f"{path} changed while it was being checked") from exc
 
 
 @dataclass(frozen=True, slots=True)
