@@ -3,9 +3,12 @@
 The order of `TurnGuard.judge` is the design, and the bypass comes late on purpose:
 
 1. the command guard's floor, the `sudo -S` guard and the operator's deny globs refuse;
-2. Courier's own config, database and data directory are refused for every tool;
+2. Courier's own config, database and data directory are refused for every tool (a path
+   that may lead there, a glob or a `cd` somewhere unknown, asks);
 3. a write to an agent instruction file asks a human, every time, bypass or not, and a
-   `session` or `always` answer is refused for it (only `once` or `deny`);
+   `session` or `always` answer is refused for it (only `once` or `deny`). Paths are
+   judged where they lead after expansion (`A*S.md`, `$n.md`), and a write to a path only
+   known at run time counts as one;
 4. only now: approvals off (frozen at startup), the allowlist, standing grants and the
    profile's unattended mode may let a dangerous call through without asking.
 
@@ -215,8 +218,9 @@ class ApprovalGate:
             raise ApprovalConflict(f"approval {approval_id} is {row.status}, not pending")
         if not row.grantable and decision in ("session", "always"):
             raise ApprovalRefused(
-                "this is a write to an agent instruction file: it can only be approved "
-                "once or denied, never by a standing grant"
+                "this call touches a protected path (an agent instruction file, or one that "
+                "may lead into Courier's own state): it can only be approved once or "
+                "denied, never by a standing grant"
             )
         if self.policy.separate_approver and approver == row.requested_by:
             raise ApprovalRefused(
@@ -304,7 +308,9 @@ class TurnGuard:
     ) -> ToolOutcome | None:
         args = coerce_arguments(raw_args, tool.parameters)
         try:
-            verdict, command = self.judge(tool, args)
+            # In a thread: reading a 100 KB command and resolving its paths takes long
+            # enough to stall every other session's turn if done on the event loop.
+            verdict, command = await asyncio.to_thread(self.judge, tool, args)
         except OSError as exc:
             # A path the model named changed while it was checked (another session swapping
             # a directory for a link): unjudged means not run, and the turn goes on.

@@ -34,7 +34,7 @@ from typing import Literal
 
 from app.security.interpreter_code import Language, code_effects
 from app.security.shell_syntax import MAX_DEPTH, ROOT, Command, Piece, Word, parse
-from app.security.words import Binding, Env, Value, expand, initial_env, name_of
+from app.security.words import Binding, Env, Value, expand, has_live_glob, initial_env, name_of
 
 Role = Literal["write", "read", "exec", "name"]
 """`name`: an operand of a program whose use of it the guard does not know."""
@@ -55,6 +55,10 @@ class PathUse:
     """Directories a relative value may be relative to ("" is where the command starts,
     `ROOT` the workspace root); None when a `cd` went somewhere unknown."""
     shown: str
+    recursive: bool = False
+    """A directory read with everything below it (`grep -r x ..`, `tar c ..`)."""
+    suffix: str = ""
+    """For a value only known at run time: its literal end (`/courier.db` of `$d/courier.db`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +68,8 @@ class Effects:
 
 
 RECURSIVE_DELETE = Finding("danger.recursive_delete", "a recursive delete")
-FIND_EXEC = Finding("danger.find_exec", "find that runs a command or deletes what it finds")
+FIND_DELETE = Finding("danger.recursive_delete", "find that deletes what it finds")
+FIND_EXEC = Finding("danger.find_exec", "find that runs a command on what it finds")
 GIT_FORCE = Finding("danger.git_force", "a force push rewrites shared history")
 GIT_CLEAN = Finding("danger.git_clean", "git clean deletes untracked files")
 GIT_RESET = Finding("danger.git_reset", "git discards uncommitted work")
@@ -98,6 +103,8 @@ _READERS = frozenset(
     | {"bat", "tac", "fold", "fmt", "pr", "paste", "join", "comm", "zless", "zgrep", "tree"}
     | {"cksum", "sum", "rev", "uniq", "zcat", "bzcat", "xzcat", "sqlite3", "tr"}
 )
+_RECURSIVE_READERS = frozenset({"rg", "ag", "zgrep"})
+"""Readers that descend into directories by default."""
 _DECODERS = frozenset({"base64", "base32", "basenc", "uudecode", "xxd", "openssl"})
 """Programs that turn text into other bytes: what they produce must not then be run."""
 _COMPRESSORS = frozenset({"gzip", "gunzip", "bzip2", "bunzip2", "xz", "unxz", "zstd", "unzstd"})
@@ -174,7 +181,7 @@ _OPTIONS: dict[Language, _Options] = {
     ),
     "php": _Options("rBRE", "dfcz", "", long_code=frozenset({"--run"})),
     "lua": _Options("e", "l", ""),
-    "awk": _Options("", "vFf", "", "", long_values=frozenset({"--assign", "--field-separator"})),
+    "awk": _Options("", "vF", "f", "", long_values=frozenset({"--assign", "--field-separator"})),
     "other": _Options(
         "ecE", "", "", long_code=frozenset({"--eval", "--print", "-command", "--command"})
     ),
@@ -258,6 +265,8 @@ _INTERESTING = SHELLS | frozenset(
 )
 """Programs looked for at every word, not only at the start: an unknown wrapper
 (`chpst rm -rf src`) must not hide them."""
+_DISCARDED = ("/tmp", "/dev/shm", "/var/tmp", "/dev/null")
+_DECLARERS = frozenset({"export", "declare", "typeset", "local", "readonly", "alias"})
 _STDIN_NAMES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 _ASSIGNED = re.compile(r"(?<![\w$-])([A-Za-z_][A-Za-z0-9_]*)\+?=")
 _ASSIGNING = re.compile(
@@ -287,6 +296,8 @@ class _Call:
     args: list[Word]
     command: Command
     depth: int
+    per_input: bool = False
+    """Run by xargs or parallel: more operands come from standard input."""
 
     def texts(self) -> list[str | None]:
         return [w.literal() for w in self.args]
@@ -310,6 +321,7 @@ class _Reader:
     contents: list[Value | None] = field(default_factory=list)
     """Writes that can put code in a file (not `mkdir`, `touch`, `rm`, `chmod`)."""
     executed: list[Value | None] = field(default_factory=list)
+    programs: list[str] = field(default_factory=list)
     decoded: bool = False
     ran_code: bool = False
     ran_project: bool = False
@@ -345,34 +357,44 @@ class _Reader:
             for word in words:
                 self.assign(word)
             return
+        if program_name(words[start]) in _DECLARERS:
+            self.declare(words[start:], depth)
+            return
         for word in words[:start]:
             found = _assignment(word)
             assert found is not None
             self.env.unknown.add(found[0])  # `n=x cmd`: set for cmd only, not for `$n`
-        self.invoke(words[start:], command, depth)
-        for index in range(start + 1, len(words)):
-            if program_name(words[index]) in _INTERESTING:
-                self.invoke(words[index:], command, depth, scanned=True)
+        # Bash expands before it runs: `{rm,-rf,src}` is `rm -rf src`, and `f=-rf; rm $f`
+        # passes `-rf`. Words only known at run time stay as they are.
+        expanded = [w for word in words[start:] for w in _expanded(word, self.env)]
+        self.invoke(expanded, command, depth)
+        for index in range(1, len(expanded)):
+            if program_name(expanded[index]) in _INTERESTING:
+                self.invoke(expanded[index:], command, depth, scanned=True)
 
     def invoke(
         self, words: Sequence[Word], command: Command, depth: int, *, scanned: bool = False
     ) -> None:
-        words = _unwrap(words, self, depth)
+        words, per_input = _unwrap(words, self, depth)
         if not words:
             return
         name = program_name(words[0])
-        if name is None:
+        if name is None or has_live_glob(words[0]):
             if not scanned:
-                self.find(COMPUTED)
+                self.find(COMPUTED)  # `$(echo rm)`, `$cmd`, `/bin/r?`
             return
-        call = _Call(name, list(words[1:]), command, depth)
+        call = _Call(name, list(words[1:]), command, depth, per_input)
         if name in ("for", "select"):
             self.loop(call)
             return
+        self.programs.append(name)
         if "/" in (words[0].literal() or ""):
             self.run_file(words[0])
         handler = _HANDLERS.get(name) or _handler_for(name)
         handler(self, call)
+        if per_input and handler not in (_reads_operands, _text_only):
+            # `find | xargs sed -i ...`: its operands arrive on stdin, unseen.
+            self.use("write", _UNKNOWN, content=False)
         for option in _EXEC_OPTIONS.get(name, ()):
             if any(_has_option(t, option) for t in call.texts() if t is not None):
                 self.find(EXEC_OPTION)
@@ -393,6 +415,17 @@ class _Reader:
             self.env.unknown.add(name)
         else:
             self.env.bound[name] = Binding(tuple(values))
+
+    def declare(self, words: list[Word], depth: int) -> None:
+        """`export n=x`, `local n=x`: assignments; `alias x='rm -rf'`: code run later."""
+        for word in words[1:]:
+            found = _assignment(word)
+            if found is None:
+                continue
+            if program_name(words[0]) == "alias":
+                self.code("shell", Word(found[1]).literal(), depth)
+            else:
+                self.assign(word)
 
     def loop(self, call: _Call) -> None:
         texts = call.texts()
@@ -432,14 +465,15 @@ class _Reader:
 
     # ------------------------------------------------------------ paths and code
 
-    def use(self, role: Role, word: Word, *, content: bool = True) -> None:
+    def use(self, role: Role, word: Word, *, content: bool = True, recursive: bool = False) -> None:
         values = expand(word, self.env)
         cwds = tuple(dict.fromkeys(self.cwds)) if self.cwds is not None else None
         found: list[Value | None] = list(values) if values is not None else [None]
         if role == "exec" and word.pieces and all(p.kind == "sub" for p in word.pieces):
             self.find(PIPE_EXEC)  # `bash <(curl ...)`, `source <(...)`
+        suffix = _literal_end(word) if values is None else ""
         for value in found:
-            self.paths.append(PathUse(role, value, cwds, word.display()))
+            self.paths.append(PathUse(role, value, cwds, word.display(), recursive, suffix))
         if role == "write":
             self.written.extend(found)
             if content:
@@ -465,7 +499,8 @@ class _Reader:
         for reason in effects.reasons:
             self.find(Finding("danger.interpreter_code", f"{language} code that {reason}"))
         for path in effects.writes:
-            self.use("write", _literal_word(path))
+            # `os.symlink('..', 'up')` makes the parent reachable: judged like a tree read.
+            self.use("write", _literal_word(path), recursive=True)
         for name in effects.names:
             if name and len(name) < 4096:
                 self.use("name", _literal_word(name))
@@ -492,8 +527,10 @@ class _Reader:
         if self.decoded and self.ran_code:
             self.find(DECODE_EXEC)
         written, executed = self.written, self.executed
+        # `PATH=.:$PATH x.sh` runs a written x.sh by its bare name.
+        run = [*executed, *(Value(name, name, False) for name in self.programs)]
         unknown = (None in written and executed) or (None in executed and written)
-        if unknown or any(_same_file(w, x) for w in written for x in executed if w and x):
+        if unknown or any(_same_file(w, x) for w in written for x in run if w and x):
             self.find(WRITE_RUN)
         if self.ran_project and any(w is None or _code_like(w) for w in self.contents):
             self.find(WRITE_RUN)
@@ -502,6 +539,25 @@ class _Reader:
 
 def _literal_word(text: str) -> Word:
     return Word((Piece("quoted", text),))
+
+
+_UNKNOWN = Word((Piece("var", "unknown"),))
+"""A word the command line does not show at all (operands xargs reads from stdin)."""
+
+
+def _expanded(word: Word, env: Env) -> list[Word]:
+    values = expand(word, env)
+    return [word] if values is None else [v.word() for v in values]
+
+
+def _literal_end(word: Word) -> str:
+    """The text after the last expansion (`/courier.db` of `$d/courier.db`)."""
+    tail: list[str] = []
+    for piece in reversed(word.pieces):
+        if piece.kind in ("var", "sub"):
+            break
+        tail.append(piece.text)
+    return "".join(reversed(tail))
 
 
 def _join(base: str, path: str) -> str:
@@ -553,17 +609,20 @@ def _has_option(text: str, option: str) -> bool:
 # ---------------------------------------------------------------- wrappers
 
 
-def _unwrap(words: Sequence[Word], reader: _Reader, depth: int) -> list[Word]:
+def _unwrap(words: Sequence[Word], reader: _Reader, depth: int) -> tuple[list[Word], bool]:
     """Drop keywords and wrappers (`sudo -u root`, `timeout 5`, `xargs -I{}`) before the
-    program; wrapper options whose value is a command line are read as code."""
+    program; wrapper options whose value is a command line are read as code. Also says
+    whether the program gets more operands from standard input (xargs, parallel)."""
     rest = list(words)
+    per_input = False
     while rest:
         name = program_name(rest[0])
         if name in _KEYWORDS:
             rest = rest[1:]
             continue
         if name not in _WRAPPER_VALUES:
-            return rest
+            return rest, per_input
+        per_input |= name in ("xargs", "parallel")
         values, code = _WRAPPER_VALUES[name], _WRAPPER_CODE.get(name, "")
         rest = rest[1:]
         if code:
@@ -577,8 +636,8 @@ def _unwrap(words: Sequence[Word], reader: _Reader, depth: int) -> list[Word]:
             # `watch` hands its words to `sh -c`, joined.
             texts = [w.literal() for w in rest]
             reader.code("shell", None if None in texts else " ".join(t or "" for t in texts), depth)
-            return []
-    return rest
+            return [], per_input
+    return rest, per_input
 
 
 def _skip_options(words: list[Word], values: str, operands: int) -> list[Word]:
@@ -653,10 +712,19 @@ def _long(options: list[str], *names: str) -> bool:
 
 def _rm(reader: _Reader, call: _Call) -> None:
     options, operands = _options_and_operands(call)
-    if _short(options, "rR") or _long(options, "--recursive"):
+    if _short(options, "rR") or _long(options, "--recursive") or _may_hide_options(call):
         reader.find(RECURSIVE_DELETE)
     for word in operands:
         reader.use("write", word, content=False)
+
+
+def _may_hide_options(call: _Call) -> bool:
+    """A word only known at run time may be `-rf` (`rm ${x:--rf} src`), or several words
+    (`rm $targets`); with xargs, the operands are not on the command line at all."""
+    unknown = [w for w in call.args if w.literal() is None]
+    splits = any(p.kind in ("var", "sub") and not p.quoted for w in unknown for p in w.pieces)
+    known = [t for t in call.texts() if t is not None and not t.startswith("-")]
+    return call.per_input or splits or bool(unknown and known)
 
 
 def _writes_operands(values: str = "", *, content: bool = False) -> Handler:
@@ -670,8 +738,13 @@ def _writes_operands(values: str = "", *, content: bool = False) -> Handler:
 
 
 def _reads_operands(reader: _Reader, call: _Call) -> None:
-    for word in _options_and_operands(call, "efmABCd")[1]:
-        reader.use("read", word)
+    options, operands = _options_and_operands(call, "efmABC")
+    recursive = call.name in _RECURSIVE_READERS or (
+        call.name in ("grep", "egrep", "fgrep", "ls", "du", "diff")
+        and (_short(options, "rR") or _long(options, "--recursive", "--dereference-recursive"))
+    )
+    for word in operands:
+        reader.use("read", word, recursive=recursive)
 
 
 def _names_operands(reader: _Reader, call: _Call) -> None:
@@ -688,15 +761,6 @@ def _text_only(reader: _Reader, call: _Call) -> None:
     """Programs whose operands are text, not paths (`echo`, `export X=1`)."""
     if call.name in ("cd", "pushd", "popd"):
         reader.change_dir(call)
-    elif call.name in ("export", "declare", "typeset", "local", "readonly"):
-        for word in call.args:
-            if _assignment(word) is not None:
-                reader.assign(word)
-    elif call.name == "alias":
-        for word in call.args:
-            found = _assignment(word)
-            if found is not None:
-                reader.code("shell", Word(found[1]).literal(), call.depth)
 
 
 def _copy(reader: _Reader, call: _Call) -> None:
@@ -712,8 +776,16 @@ def _copy(reader: _Reader, call: _Call) -> None:
         reader.use("write", _literal_word(target))
     elif operands:
         reader.use("write", operands[-1])
+    recursive = _short(options, "rRa") or _long(options, "--recursive", "--archive")
     for word in sources:
-        reader.use("read" if call.name in ("cp", "install") else "write", word)
+        if call.name in ("cp", "install"):
+            reader.use("read", word, recursive=recursive)
+        else:
+            # A link to `..` reaches everything under it; a move takes the tree with it.
+            reader.use("write", word, recursive=call.name == "ln")
+    destination = target or (operands[-1].literal() if operands else None) or ""
+    if call.name == "mv" and destination.startswith(_DISCARDED):
+        reader.find(RECURSIVE_DELETE)  # the sandbox's /tmp is gone when the call ends
 
 
 def _dd(reader: _Reader, call: _Call) -> None:
@@ -741,8 +813,9 @@ def _chmod(reader: _Reader, call: _Call) -> None:
 def _find(reader: _Reader, call: _Call) -> None:
     texts = call.texts()
     start = _find_start(texts)
-    actions = ("-delete", "-exec", "-execdir", "-ok", "-okdir")
-    if any(t in actions for t in texts) or None in texts[start:]:
+    if "-delete" in texts:
+        reader.find(FIND_DELETE)
+    if any(t in ("-exec", "-execdir", "-ok", "-okdir") for t in texts) or None in texts[start:]:
         reader.find(FIND_EXEC)
     for i, text in enumerate(texts):
         if text in ("-fprint", "-fprint0", "-fprintf", "-fls") and i + 1 < len(call.args):
@@ -789,7 +862,7 @@ def _git(reader: _Reader, call: _Call) -> None:
     if sub is None:
         reader.find(COMPUTED)
         return
-    _git_subcommand(reader, sub, texts[i + 1 :])
+    _git_subcommand(reader, sub.lower(), texts[i + 1 :])
 
 
 def _git_subcommand(reader: _Reader, sub: str, texts: list[str | None]) -> None:
@@ -816,6 +889,8 @@ def _git_subcommand(reader: _Reader, sub: str, texts: list[str | None]) -> None:
         reader.find(GIT_CLEAN)
     elif discards:
         reader.find(GIT_RESET)
+    elif sub == "rm" and _short(options, "r") and "--cached" not in options:
+        reader.find(RECURSIVE_DELETE)
     elif sub == "config" and any(_GIT_RISKY_KEYS.search(t) for t in operands[:1]):
         reader.find(GIT_CONFIG)
     # Hooks in .git/hooks run on these: written in the same command, they are a script run.
@@ -829,7 +904,7 @@ def _rsync(reader: _Reader, call: _Call) -> None:
     if operands:
         reader.use("write", operands[-1])
     for word in operands[:-1]:
-        reader.use("read", word)
+        reader.use("read", word, recursive=True)
 
 
 _SED_COMMAND = re.compile(r"(?:^|[;{}\n]|[0-9$/!,~])\s*[ewW](?:\s|$)")
@@ -887,6 +962,8 @@ def _shell(reader: _Reader, call: _Call) -> None:
             continue
         break
     operands = args[i:]
+    if operands and operands[0].literal() is None:
+        _maybe_code(reader, call, "shell", operands[1:])  # `bash ${x:--c} 'rm -rf src'`
     if code:
         reader.code("shell", operands[0].literal() if operands else "", call.depth)
     elif operands and not stdin and operands[0].literal() not in _STDIN_NAMES:
@@ -895,9 +972,21 @@ def _shell(reader: _Reader, call: _Call) -> None:
         reader.stdin_code(call, "shell")
 
 
+def _maybe_code(
+    reader: _Reader, call: _Call, language: Language | Literal["shell"], words: list[Word]
+) -> None:
+    """An option only known at run time may be `-c`: read every later word as code too."""
+    for word in words:
+        text = word.literal()
+        if text is not None:
+            reader.code(language, text, call.depth)
+
+
 def _source(reader: _Reader, call: _Call) -> None:
-    if call.args:
+    if call.args and call.args[0].literal() not in _STDIN_NAMES:
         reader.run_file(call.args[0])
+    else:
+        reader.stdin_code(call, "shell")
 
 
 def _eval(reader: _Reader, call: _Call) -> None:
@@ -919,7 +1008,10 @@ def _run_interpreter(reader: _Reader, call: _Call, language: Language, spec: _Op
     i = 0
     while i < len(texts):
         text = texts[i]
-        if text is None or text == "-" or not text.startswith("-") or len(text) < 2:
+        if text is None:
+            _maybe_code(reader, call, language, call.args[i + 1 :])
+            break
+        if text == "-" or not text.startswith("-") or len(text) < 2:
             stdin |= text == "-"
             break
         i += 1
@@ -944,12 +1036,13 @@ def _run_interpreter(reader: _Reader, call: _Call, language: Language, spec: _Op
         if code and spec.stops:
             break
     operands = call.args[i:]
-    if language == "awk" and not code and operands and "-f" not in texts[:i]:
+    loaded = any(t is not None and t.startswith("-f") for t in texts[:i])
+    if language == "awk" and not code and operands and not loaded:
         code.append(operands[0].literal())
         operands = operands[1:]
     for value in code:
         reader.code(language, value, call.depth)
-    if not code:
+    if not code and not (language == "awk" and loaded):
         if operands and not stdin and operands[0].literal() not in _STDIN_NAMES:
             reader.run_file(operands[0])
             operands = operands[1:]
@@ -1049,13 +1142,19 @@ def _archive(reader: _Reader, call: _Call) -> None:
             reader.use("write", call.args[i + 1])
         elif text and text.startswith("--file="):
             reader.use("write", _literal_word(text.split("=", 1)[1]))
-    operands = _options_and_operands(call, "bnt")[1]
+    operands = _options_and_operands(call, "bntfCT")[1]
     if call.name == "zip" and operands:
         reader.use("write", operands[0])
+        operands = operands[1:]
+    for word in operands:
+        reader.use("read", word, recursive=True)
 
 
 def _project(reader: _Reader, call: _Call) -> None:
     reader.ran_project = reader.ran_code = True
+    fed = call.command.piped or any(r.op in ("<<", "<<-", "<<<") for r in call.command.redirects)
+    if fed and any(t in _STDIN_NAMES or t in ("-f", "--file") for t in call.texts() if t):
+        reader.find(PIPE_EXEC)  # `make -f - <<EOF`: a build file that is never on disk
     _names_operands(reader, call)
 
 

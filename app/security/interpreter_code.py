@@ -55,6 +55,7 @@ _PY_DYNAMIC = frozenset(
     | {"__subclasses__", "__globals__", "__getattribute__", "__code__", "__loader__"}
     | {"__spec__", "__bases__", "__mro__", "__self__", "__func__", "__closure__"}
     | {"import_module", "exec_module", "load_module", "reload", "run_path", "run_module"}
+    | {"methodcaller", "attrgetter"}
 )
 _PY_MODULES = frozenset(
     {"subprocess", "pty", "ctypes", "_ctypes", "cffi", "runpy", "code", "codeop", "marshal"}
@@ -224,7 +225,7 @@ _SPAWN_TEXT = re.compile(
     r"\b(?:system|exec\w*|spawn\w*|popen\w*|fork|qx|shell_exec|passthru|proc_open|pcntl_\w+"
     r"|child_process|os\.execute|open3|process\.binding|deno\.(?:run|command)|bun\.spawn"
     r"|start-process|invoke-expression|iex|do\s+shell\s+script|syscall|kill)\b"
-    r"|\bopen\s*\(?[^;)]*\|",
+    r"|\bopen\s*\(?[^;)]{0,200}\|",
     re.IGNORECASE,
 )
 _BACKTICK_SPAWNS = frozenset({"perl", "ruby", "php", "other"})
@@ -237,7 +238,10 @@ _DYNAMIC_TEXT = re.compile(
     r"\b(?:eval\w*|require|import|load\w*|dofile|instance_eval|class_eval|module_eval|send"
     r"|__send__|public_send|const_get|method|pack|unpack|chr|fromcharcode|atob|decode\w*"
     r"|function|vm|globalthis|global|reflect|constructor|getattr|sprintf|base64|buffer)\b"
-    r"|\\x[0-9a-f]{2}|\\u\{?[0-9a-f]{2,}|\\[0-7]{3}|%[0-9a-f]{2}",
+    r"|\\x[0-9a-f]{2}|\\u\{?[0-9a-f]{2,}|\\[0-7]{3}|%[0-9a-f]{2}"
+    # Names built from pieces or called through a variable: `"sys"."tem"`, `&$f`, `$f()`,
+    # `obj['ex'+'ec']`.
+    r"|['\"]\s*(?:\.\.?|\+)\s*['\"]|&\s*[$\\{]|\$\w+\s*\(|\[\s*['\"`]|->\s*\(",
     re.IGNORECASE,
 )
 _WRITE_TEXT = re.compile(
@@ -248,7 +252,7 @@ _WRITE_TEXT = re.compile(
     re.IGNORECASE,
 )
 _AWK_SPAWNS = re.compile(r"\bsystem\s*\(|\|\s*getline|\|\s*\"|\"\s*\||\|&")
-_AWK_WRITES = re.compile(r"\bprintf?\b[^;{}]*?>")
+_AWK_WRITES = re.compile(r"\bprintf?\b[^;{}]{0,200}?>")
 _STRINGS = re.compile(r"'([^'\\]*(?:\\.[^'\\]*)*)'|\"([^\"\\]*(?:\\.[^\"\\]*)*)\"")
 
 

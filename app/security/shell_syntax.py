@@ -215,13 +215,13 @@ class _Lexer:
 
     # ------------------------------------------------------------ the command list
 
-    def run(self, closer: str = "") -> int:
-        """Read commands until the end, or until an unmatched `closer` (`)`)."""
+    def run(self, closer: str = "", *, piped: bool = False) -> int:
+        """Read commands until the end, or until an unmatched `closer` (`)`); `piped`: the
+        first command reads another's output."""
         if self.depth > MAX_DEPTH:
             raise Unreadable("substitutions nested too deep")
         words: list[Word] = []
         redirects: list[Redirect] = []
-        piped = False
         parens = 0
 
         def finish(next_piped: bool) -> None:
@@ -358,7 +358,8 @@ class _Lexer:
             ch = self.text[self.pos]
             if ch in "<>" and self.text.startswith("(", self.pos + 1):
                 self.pos += 2
-                pieces.append(Piece("sub", self._nested(")")))
+                # `>(sh)`: what the outer command writes is the inner one's input.
+                pieces.append(Piece("sub", self._nested(")", piped=ch == ">")))
                 continue
             if ch in _WORD_END:
                 break
@@ -453,10 +454,10 @@ class _Lexer:
         pieces.append(Piece("var", match.group(0), quoted))
         self.pos = match.end()
 
-    def _nested(self, closer: str) -> str:
+    def _nested(self, closer: str, *, piped: bool = False) -> str:
         start = self.pos
         inner = _Lexer(self.text, self.out, self.depth + 1, self.pos)
-        self.pos = inner.run(closer)
+        self.pos = inner.run(closer, piped=piped)
         return self.text[start : self.pos - 1]
 
     def _ansi_c(self) -> str:

@@ -10,6 +10,7 @@ write to such a word as a write to anything.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -31,6 +32,24 @@ class Value:
     pattern: str
     """`text` with quoted glob characters escaped (`[*]`), for fnmatch."""
     glob: bool
+
+    def word(self) -> Word:
+        """The value as a word again, whose expansion gives the value back: only its live
+        glob characters stay live (braces and `$` in it are text by now)."""
+        if not self.glob:
+            return Word((Piece("quoted", self.text),))
+        pieces: list[Piece] = []
+        i = 0
+        while i < len(self.pattern):
+            escaped = self.pattern[i : i + 3]
+            if escaped in ("[*]", "[?]", "[[]"):
+                pieces.append(Piece("quoted", escaped[1]))
+                i += 3
+                continue
+            char = self.pattern[i]
+            pieces.append(Piece("lit" if char in _GLOB else "quoted", char))
+            i += 1
+        return Word(tuple(pieces))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +93,25 @@ def expand(word: Word, env: Env) -> list[Value] | None:
 
 def _value(chars: list[_Char]) -> Value:
     text = fold("".join(c for c, _ in chars))
+    if not any(c in _GLOB for c, _ in chars):
+        return Value(text, text, False)
     pattern = "".join(fold(c) if live or c not in _GLOB else f"[{c}]" for c, live in chars)
-    return Value(text, pattern, any(live and c in _GLOB for c, live in chars))
+    return Value(text, pattern, _globs(chars))
+
+
+def _globs(chars: list[_Char]) -> bool:
+    """Live `*` or `?`, or a live `[` that a `]` closes (`[ -f x ]` is no pattern)."""
+    for i, (char, live) in enumerate(chars):
+        if live and (char in "*?" or (char == "[" and any(c == "]" for c, _ in chars[i + 2 :]))):
+            return True
+    return False
+
+
+def has_live_glob(word: Word) -> bool:
+    chars = [
+        (c, p.kind == "lit") for p in word.pieces if p.kind in ("lit", "quoted") for c in p.text
+    ]
+    return _globs(chars)
 
 
 def _substitute(pieces: list[Piece], env: Env) -> list[list[_Char]] | None:
@@ -110,6 +146,8 @@ def _append_value(fields: list[list[_Char]], value: Value, *, quoted: bool) -> N
         return
     parts = value.text.split()
     if not parts:
+        if value.text:
+            fields.append([])  # `rm${IFS}-rf`: blanks alone still split the word
         return
     if value.text[:1].isspace():
         fields.append([])
@@ -127,6 +165,8 @@ class _TooMany(Exception):
 
 def _braces(pieces: list[Piece]) -> list[list[Piece]] | None:
     """Bash's brace expansion over the unquoted text of the word (it runs first)."""
+    if not any(p.kind == "lit" and "{" in p.text for p in pieces):
+        return [pieces]
     flat: list[Piece] = []
     for piece in pieces:
         if piece.kind == "lit":
@@ -134,10 +174,10 @@ def _braces(pieces: list[Piece]) -> list[list[Piece]] | None:
         else:
             flat.append(piece)
     out: list[list[Piece]] = []
-    pending = [flat]
+    pending = collections.deque([flat])  # first in, first out: bash's order of the words
     try:
         while pending:
-            current = pending.pop()
+            current = pending.popleft()
             split = _first_brace(current)
             if split is None:
                 out.append(current)
@@ -215,7 +255,12 @@ backend."""
 
 
 def initial_env() -> Env:
-    return Env({"HOME": Binding((ROOT_VALUE,)), "PWD": Binding((ROOT_VALUE,))})
+    """What every command starts with: HOME and PWD are the workspace, and IFS splits on
+    blanks (so `rm${IFS}-rf${IFS}src` reads as `rm -rf src`)."""
+    ifs = Value(" ", " ", False)
+    return Env(
+        {"HOME": Binding((ROOT_VALUE,)), "PWD": Binding((ROOT_VALUE,)), "IFS": Binding((ifs,))}
+    )
 
 
 def name_of(text: str) -> str | None:
