@@ -21,7 +21,7 @@ from app.security.protected import SANDBOX_WORKSPACE, PathPolicy
 from app.security.shell_syntax import parse
 from app.security.words import Binding, Env, Value, expand
 from app.tools.sandbox import SANDBOX_WORKSPACE as MOUNTED_AT
-from app.tools.terminal import TERMINAL
+from app.tools.terminal import MAX_COMMAND_CHARS, TERMINAL
 
 B64 = "cm0gLXJmIHNyYw=="  # "rm -rf src"
 
@@ -507,3 +507,20 @@ def test_words_expand_as_bash_would(word: str, values: list[str] | None) -> None
 def test_a_quoted_glob_character_is_not_a_glob() -> None:
     [value] = expand(parse("echo 'A*'S.md").commands[0].words[1], Env()) or []
     assert not value.glob and value.pattern == "A[*]S.md"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo " + "open " * (MAX_COMMAND_CHARS // 5 - 10),  # was a quadratic fork-bomb search
+        "perl -e '" + "open " * (MAX_COMMAND_CHARS // 5 - 10) + "'",
+        'python3 -c "' + "+".join(["1"] * (MAX_COMMAND_CHARS // 2 - 20)) + '"',
+        "echo " + "$(" * 3000 + ")" * 3000,
+        "echo " + "{a,b}" * 40,
+    ],
+    ids=["words", "perl", "python-chain", "nested", "braces"],
+)
+def test_the_longest_hostile_commands_get_a_verdict(guard: TurnGuard, command: str) -> None:
+    """No crash and no stall-sized work: each is judged (the deep ones ask, unread)."""
+    assert len(command) <= MAX_COMMAND_CHARS
+    assert _judge(guard, command)[0] in ("allow", "approve")

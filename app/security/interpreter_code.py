@@ -215,7 +215,10 @@ def _python(code: str) -> CodeEffects:
         text = _text(code, "other")
         return CodeEffects(tuple(sorted({*text.reasons, UNPARSED})), (), text.names)
     reader = _PythonReader()
-    reader.visit(tree)
+    try:
+        reader.visit(tree)
+    except RecursionError:  # parsed, but too deep to walk: unread code asks
+        return CodeEffects((UNPARSED,))
     return CodeEffects(tuple(sorted(reader.reasons)), tuple(reader.writes), tuple(reader.names))
 
 
