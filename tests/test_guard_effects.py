@@ -16,10 +16,10 @@ import pytest
 from app.config import Profile
 from app.security.approvals import ApprovalPolicy, TurnGuard
 from app.security.command_guard import check_command
-from app.security.effects import assess
 from app.security.protected import SANDBOX_WORKSPACE, PathPolicy
-from app.security.shell_syntax import parse
-from app.security.words import Binding, Env, Value, expand
+from app.security.shell.effects import assess
+from app.security.shell.syntax import parse
+from app.security.shell.words import Binding, Env, Value, expand
 from app.tools.sandbox import SANDBOX_WORKSPACE as MOUNTED_AT
 from app.tools.terminal import MAX_COMMAND_CHARS, TERMINAL
 

@@ -16,7 +16,7 @@ as a separator): a false "ask" costs a click, a false "allow" costs the disk.
 
 Patterns alone lose to the next spelling (`rm -r -f src`, `git -c a=b push --force`,
 `python3 -c` with `shutil.rmtree`), so on the full ladder the command is also read by its
-structure and judged by what it does (`app/security/effects.py`).
+structure and judged by what it does (`app/security/shell/`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.security.effects import assess
-from app.security.shell_syntax import CONFUSABLES
+from app.security.shell.effects import assess
+from app.security.shell.syntax import CONFUSABLES
 
 Action = Literal["allow", "approve", "block"]
 
@@ -553,7 +553,7 @@ def check_command(
     if (danger := _dangerous(text, segs)) is not None:
         return Verdict(danger.action, danger.rule, danger.reason, text)
     # What the command does, read by its structure: a recursive delete in any spelling,
-    # code run from text the command itself produced, and the rest (effects.py).
+    # code run from text the command itself produced, and the rest (app/security/shell/).
     findings = assess(command).findings
     if findings:
         return Verdict("approve", findings[0].rule, findings[0].reason, text)

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.security.command_guard import Verdict, has_compound_operators, segments
-from app.security.effects import PathUse, assess
-from app.security.shell_syntax import ROOT
-from app.security.words import Value
+from app.security.shell.effects import assess
+from app.security.shell.findings import PathUse
+from app.security.shell.syntax import ROOT
+from app.security.shell.words import Value
 
 INSTRUCTION_NAMES = frozenset({"agents.md", "claude.md", "courier.md", "gemini.md"})
 """Compared case-insensitively: on a case-insensitive filesystem `agents.md` is the file."""

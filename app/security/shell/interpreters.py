@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from app.security.shell_syntax import fold
+from app.security.shell.syntax import fold
 
 Language = Literal["python", "perl", "ruby", "node", "php", "lua", "awk", "other"]
 

@@ -3,7 +3,7 @@
 The command guard's `normalise` flattens a command to catch spellings, and that is right for
 the floor; it cannot say which word a `>` writes to, what `python3 -c` will run, what a
 heredoc feeds to which program, or which file `$n.md` names. The guard's effect checks
-(`app/security/effects.py`) need that structure, so this module keeps it: every simple
+(`app/security/shell/effects.py`) need that structure, so this module keeps it: every simple
 command (including those inside `$( )`, backticks, `<( )` and heredoc bodies, since they
 run too) as words made of literal, quoted, variable and substitution pieces.
 

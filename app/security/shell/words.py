@@ -15,7 +15,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
-from app.security.shell_syntax import ROOT, Piece, Word, fold
+from app.security.shell.syntax import ROOT, Piece, Word, fold
 
 MAX_EXPANSIONS = 64
 """More alternatives than this (`{a..z}{a..z}`) are not enumerated: the word is unknown."""

@@ -1,85 +1,42 @@
-"""What a shell command will do where the host is at risk: delete, run code, write, read.
+"""What each program does with its words: the guard's knowledge of rm, find, git, sed,
+shells, interpreters, wrappers and the rest.
 
-Matching spellings lost to every new spelling: `rm -r -f src`, `git -c a=b push --force`,
-`find . -execdir rm {} +`, `echo <b64> | base64 -d > x.sh; sh x.sh`, `python3 -c` with
-`shutil.rmtree`, a protected file written as `A*S.md` or `$n.md`. So each simple command is
-read the way bash will run it (`shell_syntax`), its words expanded as far as the command line
-itself fixes them (`words`), and judged by its effect:
-
-- a recursive delete of any directory, `find` that runs or deletes, force pushes and cleans
-  in any flag order, options that make a program run another command;
-- code run from text the command itself produced: decoded, piped into a shell or an
-  interpreter, or written to a file and then run (`cat > x.sh ...; sh x.sh`, `chmod +x x &&
-  ./x`, a `conftest.py` written before `pytest`);
-- interpreter one-liners and heredocs whose code deletes, starts processes, builds code or
-  names at run time or opens computed paths (`interpreter_code`);
-- commands whose name is computed at run time, and text the guard cannot read.
-
-Those are `findings`: each makes the guard ask. Every path a command writes, reads, runs or
-names is a `PathUse` for `PathPolicy` (`protected.py`), which knows where the workspace, the
-data dir and the instruction files are. A word whose value the command line does not fix
-has no value (`None`): for a write, that means "could be anything".
+A handler reads one program's options and operands and tells the reader (`effects.py`)
+what they do: findings that make the guard ask, and the paths written, read, run or named.
+Options are read as the program's own parser would, in any order and GNU abbreviation
+(`rm -r -f`, `--recu`, `git -c a=b push --force`); a program the guard does not know
+still has its operands judged as paths that may be written.
 """
 
 from __future__ import annotations
 
-import collections
-import fnmatch
-import functools
-import posixpath
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
-from app.security.interpreter_code import Language, code_effects
-from app.security.shell_syntax import MAX_DEPTH, ROOT, Command, Piece, Word, parse
-from app.security.words import Binding, Env, Value, expand, has_live_glob, initial_env, name_of
+from app.security.shell.findings import (
+    COMPUTED,
+    EXEC_OPTION,
+    FIND_DELETE,
+    FIND_EXEC,
+    GIT_CLEAN,
+    GIT_CONFIG,
+    GIT_FORCE,
+    GIT_RESET,
+    PIPE_EXEC,
+    RECURSIVE_DELETE,
+    SCHEDULE,
+    Call,
+    assignment,
+    literal_word,
+    program_name,
+)
+from app.security.shell.interpreters import Language
+from app.security.shell.syntax import Piece, Word
 
-Role = Literal["write", "read", "exec", "name"]
-"""`name`: an operand of a program whose use of it the guard does not know."""
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    rule: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class PathUse:
-    role: Role
-    value: Value | None
-    """None: the value depends on something the command line does not fix."""
-    cwds: tuple[str, ...] | None
-    """Directories a relative value may be relative to ("" is where the command starts,
-    `ROOT` the workspace root); None when a `cd` went somewhere unknown."""
-    shown: str
-    recursive: bool = False
-    """A directory read with everything below it (`grep -r x ..`, `tar c ..`)."""
-    suffix: str = ""
-    """For a value only known at run time: its literal end (`/courier.db` of `$d/courier.db`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Effects:
-    findings: tuple[Finding, ...] = ()
-    paths: tuple[PathUse, ...] = ()
-
-
-RECURSIVE_DELETE = Finding("danger.recursive_delete", "a recursive delete")
-FIND_DELETE = Finding("danger.recursive_delete", "find that deletes what it finds")
-FIND_EXEC = Finding("danger.find_exec", "find that runs a command on what it finds")
-GIT_FORCE = Finding("danger.git_force", "a force push rewrites shared history")
-GIT_CLEAN = Finding("danger.git_clean", "git clean deletes untracked files")
-GIT_RESET = Finding("danger.git_reset", "git discards uncommitted work")
-GIT_CONFIG = Finding("danger.git_config", "git configured to run a program or rewrite a remote")
-DECODE_EXEC = Finding("danger.decode_exec", "decoding text and executing it")
-PIPE_EXEC = Finding("danger.pipe_exec", "text produced by the command is run as code")
-WRITE_RUN = Finding("danger.script_written_and_run", "a script written and run in one command")
-COMPUTED = Finding("danger.computed_command", "code or a command computed at run time")
-EXEC_OPTION = Finding("danger.exec_option", "an option that makes a program run a command")
-SCHEDULE = Finding("danger.schedule", "a command scheduled to run later, outside the turn")
+if TYPE_CHECKING:
+    from app.security.shell.effects import Reader
 
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "yash", "fish", "rbash"})
 _PYTHON = re.compile(r"^(?:python|pypy)[0-9.]*$")
@@ -116,17 +73,6 @@ _PROJECT_RUNNERS = frozenset(
     | {"vitest", "mocha", "tsc", "node-gyp", "pre-commit", "nodemon", "flask", "django-admin"}
 )
 """Programs that run the project's own files (a Makefile, conftest.py, package.json)."""
-_CODE_SUFFIXES = frozenset(
-    {"", ".py", ".pth", ".pyc", ".so", ".sh", ".bash", ".zsh", ".js", ".mjs", ".cjs", ".ts"}
-    | {".tsx", ".jsx", ".rb", ".pl", ".pm", ".php", ".lua", ".mk", ".cmake", ".gradle", ".kts"}
-    | {".rs", ".go", ".c", ".cc", ".cpp", ".h", ".java", ".cfg", ".ini", ".toml"}
-)
-_CODE_NAMES = frozenset(
-    {"package.json", "makefile", "gnumakefile", "rakefile", "gemfile", "justfile"}
-    | {"cmakelists.txt", "taskfile.yml", ".npmrc", ".yarnrc", ".yarnrc.yml", "tsconfig.json"}
-)
-"""Files a build or test runner reads as code: written before `make`/`pytest`/`npm test`
-in the same command, they are a script written and run."""
 _INTERPRETERS: dict[str, Language] = {
     "perl": "perl",
     "ruby": "ruby",
@@ -259,341 +205,18 @@ value (`sudo -u root`, `timeout -s KILL`)."""
 _WRAPPER_CODE = {"env": "S", "flock": "c", "script": "c", "su": "c", "runuser": "c", "sg": "c"}
 """Wrapper options whose value is a whole command line (`env -S 'rm -rf src'`)."""
 _WRAPPER_OPERANDS = {"timeout": 1, "gtimeout": 1, "chroot": 1, "chrt": 1, "taskset": 1}
-_INTERESTING = SHELLS | frozenset(
+INTERESTING = SHELLS | frozenset(
     {"rm", "find", "git", "rsync", "eval", "source", "xargs", "sed", "perl", "ruby", "node"}
     | {"php", "awk", "gawk", "base64", "xxd", "tar", "zip", "crontab", "at"}
 )
 """Programs looked for at every word, not only at the start: an unknown wrapper
 (`chpst rm -rf src`) must not hide them."""
 _DISCARDED = ("/tmp", "/dev/shm", "/var/tmp", "/dev/null")
-_DECLARERS = frozenset({"export", "declare", "typeset", "local", "readonly", "alias"})
+DECLARERS = frozenset({"export", "declare", "typeset", "local", "readonly", "alias"})
 _STDIN_NAMES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
-_ASSIGNED = re.compile(r"(?<![\w$-])([A-Za-z_][A-Za-z0-9_]*)\+?=")
-_ASSIGNING = re.compile(
-    r"\b(?:for|select|read|mapfile|readarray|unset|getopts|export|declare|typeset|local"
-    r"|readonly|let|printf)\b([^;&|\n)]*)"
-)
-_DEFAULTED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?=")
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
-
-
-def _assigned_names(text: str) -> collections.Counter[str]:
-    """How often each variable may be assigned anywhere in the text, over-counted on
-    purpose: a name set twice (a loop, a subshell, `read`) has no single value."""
-    counts: collections.Counter[str] = collections.Counter(_ASSIGNED.findall(text))
-    counts.update(_DEFAULTED.findall(text))
-    for match in _ASSIGNING.finditer(text):
-        counts.update(_IDENTIFIER.findall(match.group(1)))
-    return counts
-
-
-@dataclass
-class _Call:
-    """One program run with its arguments, inside the command that runs it."""
-
-    name: str
-    args: list[Word]
-    command: Command
-    depth: int
-    per_input: bool = False
-    """Run by xargs or parallel: more operands come from standard input."""
-
-    def texts(self) -> list[str | None]:
-        return [w.literal() for w in self.args]
-
-
-def program_name(word: Word) -> str | None:
-    text = word.literal()
-    if text is None:
-        return None
-    return text.rsplit("/", 1)[-1].lower()
-
-
-@dataclass
-class _Reader:
-    env: Env = field(default_factory=initial_env)
-    counts: collections.Counter[str] = field(default_factory=collections.Counter)
-    cwds: list[str] | None = field(default_factory=lambda: [""])
-    findings: list[Finding] = field(default_factory=list)
-    paths: list[PathUse] = field(default_factory=list)
-    written: list[Value | None] = field(default_factory=list)
-    contents: list[Value | None] = field(default_factory=list)
-    """Writes that can put code in a file (not `mkdir`, `touch`, `rm`, `chmod`)."""
-    executed: list[Value | None] = field(default_factory=list)
-    programs: list[str] = field(default_factory=list)
-    decoded: bool = False
-    ran_code: bool = False
-    ran_project: bool = False
-
-    def find(self, finding: Finding) -> None:
-        if finding not in self.findings:
-            self.findings.append(finding)
-
-    # ------------------------------------------------------------ scripts and commands
-
-    def script(self, text: str, depth: int) -> None:
-        if depth > MAX_DEPTH:
-            self.find(Finding("danger.unreadable", "code nested too deep to read"))
-            return
-        parsed = parse(text)
-        if parsed.unreadable:
-            reason = f"a command the guard cannot read: {parsed.unreadable}"
-            self.find(Finding("danger.unreadable", reason))
-        for command in parsed.commands:
-            self.command(command, depth)
-
-    def command(self, command: Command, depth: int) -> None:
-        for redirect in command.redirects:
-            if redirect.writes:
-                self.use("write", redirect.target)
-            elif redirect.reads:
-                self.use("read", redirect.target)
-        words = list(command.words)
-        start = 0
-        while start < len(words) and _assignment(words[start]) is not None:
-            start += 1
-        if start == len(words):
-            for word in words:
-                self.assign(word)
-            return
-        if program_name(words[start]) in _DECLARERS:
-            self.declare(words[start:], depth)
-            return
-        for word in words[:start]:
-            found = _assignment(word)
-            assert found is not None
-            self.env.unknown.add(found[0])  # `n=x cmd`: set for cmd only, not for `$n`
-        # Bash expands before it runs: `{rm,-rf,src}` is `rm -rf src`, and `f=-rf; rm $f`
-        # passes `-rf`. Words only known at run time stay as they are.
-        expanded = [w for word in words[start:] for w in _expanded(word, self.env)]
-        self.invoke(expanded, command, depth)
-        for index in range(1, len(expanded)):
-            if program_name(expanded[index]) in _INTERESTING:
-                self.invoke(expanded[index:], command, depth, scanned=True)
-
-    def invoke(
-        self, words: Sequence[Word], command: Command, depth: int, *, scanned: bool = False
-    ) -> None:
-        words, per_input = _unwrap(words, self, depth)
-        if not words:
-            return
-        name = program_name(words[0])
-        if name is None or has_live_glob(words[0]):
-            if not scanned:
-                self.find(COMPUTED)  # `$(echo rm)`, `$cmd`, `/bin/r?`
-            return
-        call = _Call(name, list(words[1:]), command, depth, per_input)
-        if name in ("for", "select"):
-            self.loop(call)
-            return
-        self.programs.append(name)
-        if "/" in (words[0].literal() or ""):
-            self.run_file(words[0])
-        handler = _HANDLERS.get(name) or _handler_for(name)
-        handler(self, call)
-        if per_input and handler not in (_reads_operands, _text_only):
-            # `find | xargs sed -i ...`: its operands arrive on stdin, unseen.
-            self.use("write", _UNKNOWN, content=False)
-        for option in _EXEC_OPTIONS.get(name, ()):
-            if any(_has_option(t, option) for t in call.texts() if t is not None):
-                self.find(EXEC_OPTION)
-
-    # ------------------------------------------------------------ variables and cwd
-
-    def assign(self, word: Word) -> None:
-        found = _assignment(word)
-        assert found is not None
-        name, value, appends = found
-        if appends or self.counts[name] != 1:
-            self.env.unknown.add(name)
-            return
-        # An assignment's value is neither brace-expanded, split nor globbed.
-        flat = Word(tuple(Piece("quoted", p.text) if p.kind == "lit" else p for p in value))
-        values = expand(flat, self.env)
-        if values is None or len(values) != 1:
-            self.env.unknown.add(name)
-        else:
-            self.env.bound[name] = Binding(tuple(values))
-
-    def declare(self, words: list[Word], depth: int) -> None:
-        """`export n=x`, `local n=x`: assignments; `alias x='rm -rf'`: code run later."""
-        for word in words[1:]:
-            found = _assignment(word)
-            if found is None:
-                continue
-            if program_name(words[0]) == "alias":
-                self.code("shell", Word(found[1]).literal(), depth)
-            else:
-                self.assign(word)
-
-    def loop(self, call: _Call) -> None:
-        texts = call.texts()
-        name = name_of(texts[0] or "") if texts else None
-        if name is None:
-            return
-        values: list[Value] = []
-        if self.counts[name] == 1 and len(texts) > 1 and texts[1] == "in":
-            for word in call.args[2:]:
-                expanded = expand(word, self.env)
-                if expanded is None:
-                    self.env.unknown.add(name)
-                    return
-                values.extend(expanded)
-            self.env.bound[name] = Binding(tuple(values))
-        else:
-            self.env.unknown.add(name)
-
-    def change_dir(self, call: _Call) -> None:
-        operands = [w for w in call.args if not (w.literal() or "").startswith("-")]
-        if call.name == "popd" or self.cwds is None:
-            self.cwds = None
-            return
-        if not operands:
-            self.cwds.append(ROOT)
-            return
-        values = expand(operands[0], self.env)
-        if values is None or any(v.glob for v in values):
-            self.cwds = None
-            return
-        # Every directory the command may be in: a `cd` in a subshell does not stick.
-        for value in values:
-            for base in list(self.cwds):
-                self.cwds.append(_join(base, value.text))
-        if len(self.cwds) > 16:
-            self.cwds = None
-
-    # ------------------------------------------------------------ paths and code
-
-    def use(self, role: Role, word: Word, *, content: bool = True, recursive: bool = False) -> None:
-        values = expand(word, self.env)
-        cwds = tuple(dict.fromkeys(self.cwds)) if self.cwds is not None else None
-        found: list[Value | None] = list(values) if values is not None else [None]
-        if role == "exec" and word.pieces and all(p.kind == "sub" for p in word.pieces):
-            self.find(PIPE_EXEC)  # `bash <(curl ...)`, `source <(...)`
-        suffix = _literal_end(word) if values is None else ""
-        for value in found:
-            self.paths.append(PathUse(role, value, cwds, word.display(), recursive, suffix))
-        if role == "write":
-            self.written.extend(found)
-            if content:
-                self.contents.extend(found)
-        elif role == "exec":
-            self.executed.extend(found)
-
-    def run_file(self, word: Word) -> None:
-        """A script or program file is run: it may also read any code file beside it."""
-        self.ran_code = self.ran_project = True
-        self.use("exec", word)
-
-    def code(self, language: Language | Literal["shell"], text: str | None, depth: int) -> None:
-        """Code handed to a shell or an interpreter; None when it is computed at run time."""
-        self.ran_code = True
-        if text is None:
-            self.find(COMPUTED)
-            return
-        if language == "shell":
-            self.script(text, depth + 1)
-            return
-        effects = code_effects(language, text)
-        for reason in effects.reasons:
-            self.find(Finding("danger.interpreter_code", f"{language} code that {reason}"))
-        for path in effects.writes:
-            # `os.symlink('..', 'up')` makes the parent reachable: judged like a tree read.
-            self.use("write", _literal_word(path), recursive=True)
-        for name in effects.names:
-            if name and len(name) < 4096:
-                self.use("name", _literal_word(name))
-
-    def stdin_code(self, call: _Call, language: Language | Literal["shell"]) -> None:
-        """A shell or interpreter reading its program from standard input."""
-        self.ran_code = True
-        for redirect in call.command.redirects:
-            if redirect.op in ("<<", "<<-", "<<<"):
-                body = redirect.body
-                # An unquoted heredoc is expanded first: `$x` there may be any code.
-                computed = redirect.body_expands and (body is None or re.search(r"[$`]", body))
-                self.code(language, None if computed else body, call.depth)
-                return
-            if redirect.op == "<":
-                self.run_file(redirect.target)
-                return
-        if call.command.piped:
-            self.find(PIPE_EXEC)
-
-    # ------------------------------------------------------------ conclusions
-
-    def conclude(self) -> Effects:
-        if self.decoded and self.ran_code:
-            self.find(DECODE_EXEC)
-        written, executed = self.written, self.executed
-        # `PATH=.:$PATH x.sh` runs a written x.sh by its bare name.
-        run = [*executed, *(Value(name, name, False) for name in self.programs)]
-        unknown = (None in written and executed) or (None in executed and written)
-        if unknown or any(_same_file(w, x) for w in written for x in run if w and x):
-            self.find(WRITE_RUN)
-        if self.ran_project and any(w is None or _code_like(w) for w in self.contents):
-            self.find(WRITE_RUN)
-        return Effects(tuple(self.findings), tuple(self.paths))
-
-
-def _literal_word(text: str) -> Word:
-    return Word((Piece("quoted", text),))
-
-
-_UNKNOWN = Word((Piece("var", "unknown"),))
-"""A word the command line does not show at all (operands xargs reads from stdin)."""
-
-
-def _expanded(word: Word, env: Env) -> list[Word]:
-    values = expand(word, env)
-    return [word] if values is None else [v.word() for v in values]
-
-
-def _literal_end(word: Word) -> str:
-    """The text after the last expansion (`/courier.db` of `$d/courier.db`)."""
-    tail: list[str] = []
-    for piece in reversed(word.pieces):
-        if piece.kind in ("var", "sub"):
-            break
-        tail.append(piece.text)
-    return "".join(reversed(tail))
-
-
-def _join(base: str, path: str) -> str:
-    if path.startswith(("/", ROOT)):
-        return path
-    return posixpath.join(base, path) if base else path
-
-
-def _assignment(word: Word) -> tuple[str, tuple[Piece, ...], bool] | None:
-    first = word.pieces[0] if word.pieces else None
-    if first is None or first.kind != "lit":
-        return None
-    match = _ASSIGNMENT.match(first.text)
-    if match is None:
-        return None
-    rest = first.text[match.end() :]
-    value = ((Piece("lit", rest),) if rest else ()) + word.pieces[1:]
-    return match.group(1), value, bool(match.group(2))
-
-
-def _basename(value: Value) -> str:
-    return posixpath.basename(value.pattern.rstrip("/")).lower()
-
-
-def _same_file(written: Value, executed: Value) -> bool:
-    a, b = _basename(written), _basename(executed)
-    if a == b:
-        return True
-    return (written.glob and fnmatch.fnmatchcase(b, a)) or (
-        executed.glob and fnmatch.fnmatchcase(a, b)
-    )
-
-
-def _code_like(value: Value) -> bool:
-    name = posixpath.basename(value.text.rstrip("/")).lower()
-    return value.glob or name in _CODE_NAMES or posixpath.splitext(name)[1] in _CODE_SUFFIXES
+UNKNOWN = Word((Piece("sub", "stdin"),))
+"""A word the command line does not show at all (operands xargs reads from stdin): a
+substitution, which no assignment in the command can give a value."""
 
 
 def _has_option(text: str, option: str) -> bool:
@@ -609,7 +232,7 @@ def _has_option(text: str, option: str) -> bool:
 # ---------------------------------------------------------------- wrappers
 
 
-def _unwrap(words: Sequence[Word], reader: _Reader, depth: int) -> tuple[list[Word], bool]:
+def unwrap(words: Sequence[Word], reader: Reader, depth: int) -> tuple[list[Word], bool]:
     """Drop keywords and wrappers (`sudo -u root`, `timeout 5`, `xargs -I{}`) before the
     program; wrapper options whose value is a command line are read as code. Also says
     whether the program gets more operands from standard input (xargs, parallel)."""
@@ -654,7 +277,7 @@ def _skip_options(words: list[Word], values: str, operands: int) -> list[Word]:
             if len(text) == 2 and text[1] in values and rest:
                 rest = rest[1:]
             continue
-        if _assignment(rest[0]) is not None:  # `env X=1 cmd`
+        if assignment(rest[0]) is not None:  # `env X=1 cmd`
             rest = rest[1:]
             continue
         if operands:
@@ -667,10 +290,10 @@ def _skip_options(words: list[Word], values: str, operands: int) -> list[Word]:
 
 # ---------------------------------------------------------------- handlers
 
-Handler = Callable[[_Reader, _Call], None]
+Handler = Callable[["Reader", Call], None]
 
 
-def _options_and_operands(call: _Call, values: str = "") -> tuple[list[str], list[Word]]:
+def _options_and_operands(call: Call, values: str = "") -> tuple[list[str], list[Word]]:
     """Split at the first operand; `values` are short options that take the next word."""
     options: list[str] = []
     operands: list[Word] = []
@@ -710,7 +333,7 @@ def _long(options: list[str], *names: str) -> bool:
     return False
 
 
-def _rm(reader: _Reader, call: _Call) -> None:
+def _rm(reader: Reader, call: Call) -> None:
     options, operands = _options_and_operands(call)
     if _short(options, "rR") or _long(options, "--recursive") or _may_hide_options(call):
         reader.find(RECURSIVE_DELETE)
@@ -718,7 +341,7 @@ def _rm(reader: _Reader, call: _Call) -> None:
         reader.use("write", word, content=False)
 
 
-def _may_hide_options(call: _Call) -> bool:
+def _may_hide_options(call: Call) -> bool:
     """A word only known at run time may be `-rf` (`rm ${x:--rf} src`), or several words
     (`rm $targets`); with xargs, the operands are not on the command line at all."""
     unknown = [w for w in call.args if w.literal() is None]
@@ -730,14 +353,14 @@ def _may_hide_options(call: _Call) -> bool:
 def _writes_operands(values: str = "", *, content: bool = False) -> Handler:
     """Programs whose operands are all written (`touch`, `mkdir`; `patch` with content)."""
 
-    def handle(reader: _Reader, call: _Call) -> None:
+    def handle(reader: Reader, call: Call) -> None:
         for word in _options_and_operands(call, values)[1]:
             reader.use("write", word, content=content)
 
     return handle
 
 
-def _reads_operands(reader: _Reader, call: _Call) -> None:
+def _reads_operands(reader: Reader, call: Call) -> None:
     options, operands = _options_and_operands(call, "efmABC")
     recursive = call.name in _RECURSIVE_READERS or (
         call.name in ("grep", "egrep", "fgrep", "ls", "du", "diff")
@@ -747,23 +370,23 @@ def _reads_operands(reader: _Reader, call: _Call) -> None:
         reader.use("read", word, recursive=recursive)
 
 
-def _names_operands(reader: _Reader, call: _Call) -> None:
+def _names_operands(reader: Reader, call: Call) -> None:
     for word in call.args:
         text = word.literal()
         if text is not None and text.startswith("-"):
             if "=" in text:
-                reader.use("name", _literal_word(text.split("=", 1)[1]))
+                reader.use("name", literal_word(text.split("=", 1)[1]))
             continue
         reader.use("name", word)
 
 
-def _text_only(reader: _Reader, call: _Call) -> None:
+def _text_only(reader: Reader, call: Call) -> None:
     """Programs whose operands are text, not paths (`echo`, `export X=1`)."""
     if call.name in ("cd", "pushd", "popd"):
         reader.change_dir(call)
 
 
-def _copy(reader: _Reader, call: _Call) -> None:
+def _copy(reader: Reader, call: Call) -> None:
     """cp, mv, install, ln: the destination is written; mv and ln also change the sources
     (moved away, or linked to: a later write through the link lands in them)."""
     options, operands = _options_and_operands(call, "tSmog")
@@ -773,7 +396,7 @@ def _copy(reader: _Reader, call: _Call) -> None:
     )
     sources = operands if target is not None else operands[:-1]
     if target is not None:
-        reader.use("write", _literal_word(target))
+        reader.use("write", literal_word(target))
     elif operands:
         reader.use("write", operands[-1])
     recursive = _short(options, "rRa") or _long(options, "--recursive", "--archive")
@@ -788,7 +411,7 @@ def _copy(reader: _Reader, call: _Call) -> None:
         reader.find(RECURSIVE_DELETE)  # the sandbox's /tmp is gone when the call ends
 
 
-def _dd(reader: _Reader, call: _Call) -> None:
+def _dd(reader: Reader, call: Call) -> None:
     for word in call.args:
         first = word.pieces[0] if word.pieces else None
         if first is None or first.kind not in ("lit", "quoted") or "=" not in first.text:
@@ -801,7 +424,7 @@ def _dd(reader: _Reader, call: _Call) -> None:
             reader.use("read", value)
 
 
-def _chmod(reader: _Reader, call: _Call) -> None:
+def _chmod(reader: Reader, call: Call) -> None:
     options, operands = _options_and_operands(call)
     if not any(o.startswith("--reference") for o in options):
         operands = operands[1:]
@@ -810,7 +433,7 @@ def _chmod(reader: _Reader, call: _Call) -> None:
         reader.use("write", word, content=False)
 
 
-def _find(reader: _Reader, call: _Call) -> None:
+def _find(reader: Reader, call: Call) -> None:
     texts = call.texts()
     start = _find_start(texts)
     if "-delete" in texts:
@@ -841,7 +464,7 @@ _GIT_RISKY_KEYS = re.compile(
 )
 
 
-def _git(reader: _Reader, call: _Call) -> None:
+def _git(reader: Reader, call: Call) -> None:
     texts = call.texts()
     i = 0
     while i < len(texts):
@@ -865,7 +488,7 @@ def _git(reader: _Reader, call: _Call) -> None:
     _git_subcommand(reader, sub.lower(), texts[i + 1 :])
 
 
-def _git_subcommand(reader: _Reader, sub: str, texts: list[str | None]) -> None:
+def _git_subcommand(reader: Reader, sub: str, texts: list[str | None]) -> None:
     rest = [t or "" for t in texts]
     options = [t for t in rest if t.startswith("-")]
     operands = [t for t in rest if not t.startswith("-")]
@@ -897,7 +520,7 @@ def _git_subcommand(reader: _Reader, sub: str, texts: list[str | None]) -> None:
     reader.ran_project |= sub in ("commit", "merge", "rebase", "am", "push", "checkout")
 
 
-def _rsync(reader: _Reader, call: _Call) -> None:
+def _rsync(reader: Reader, call: Call) -> None:
     options, operands = _options_and_operands(call, "eTf")
     if any(o.startswith(("--delete", "--del", "--remove-source")) for o in options):
         reader.find(RECURSIVE_DELETE)
@@ -910,13 +533,13 @@ def _rsync(reader: _Reader, call: _Call) -> None:
 _SED_COMMAND = re.compile(r"(?:^|[;{}\n]|[0-9$/!,~])\s*[ewW](?:\s|$)")
 
 
-def _sed(reader: _Reader, call: _Call) -> None:
+def _sed(reader: Reader, call: Call) -> None:
     options, operands = _options_and_operands(call, "eflE")
     scripts = [options[i + 1] for i, o in enumerate(options[:-1]) if o == "-e"]
     scripts += [o.split("=", 1)[1] for o in options if o.startswith("--expression=")]
     for i, option in enumerate(options[:-1]):
         if option == "-f":
-            reader.run_file(_literal_word(options[i + 1]))
+            reader.run_file(literal_word(options[i + 1]))
     if not scripts and "-f" not in options and operands:
         script = operands[0].literal()
         scripts.append(script if script is not None else "e")
@@ -942,7 +565,7 @@ def _sed_runs_or_writes(script: str) -> bool:
     return False
 
 
-def _shell(reader: _Reader, call: _Call) -> None:
+def _shell(reader: Reader, call: Call) -> None:
     args, texts = call.args, call.texts()
     i, code, stdin = 0, False, False
     while i < len(texts):
@@ -973,7 +596,7 @@ def _shell(reader: _Reader, call: _Call) -> None:
 
 
 def _maybe_code(
-    reader: _Reader, call: _Call, language: Language | Literal["shell"], words: list[Word]
+    reader: Reader, call: Call, language: Language | Literal["shell"], words: list[Word]
 ) -> None:
     """An option only known at run time may be `-c`: read every later word as code too."""
     for word in words:
@@ -982,26 +605,26 @@ def _maybe_code(
             reader.code(language, text, call.depth)
 
 
-def _source(reader: _Reader, call: _Call) -> None:
+def _source(reader: Reader, call: Call) -> None:
     if call.args and call.args[0].literal() not in _STDIN_NAMES:
         reader.run_file(call.args[0])
     else:
         reader.stdin_code(call, "shell")
 
 
-def _eval(reader: _Reader, call: _Call) -> None:
+def _eval(reader: Reader, call: Call) -> None:
     texts = call.texts()
     reader.code("shell", None if None in texts else " ".join(t or "" for t in texts), call.depth)
 
 
 def _interpreter(language: Language) -> Handler:
-    def handle(reader: _Reader, call: _Call) -> None:
+    def handle(reader: Reader, call: Call) -> None:
         _run_interpreter(reader, call, language, _OPTIONS.get(language, _OPTIONS["other"]))
 
     return handle
 
 
-def _run_interpreter(reader: _Reader, call: _Call, language: Language, spec: _Options) -> None:
+def _run_interpreter(reader: Reader, call: Call, language: Language, spec: _Options) -> None:
     texts = call.texts()
     code: list[str | None] = []
     in_place = stdin = False
@@ -1054,7 +677,7 @@ def _run_interpreter(reader: _Reader, call: _Call, language: Language, spec: _Op
 
 
 def _long_interpreter_option(
-    reader: _Reader,
+    reader: Reader,
     text: str,
     texts: list[str | None],
     i: int,
@@ -1070,13 +693,13 @@ def _long_interpreter_option(
         if flag in spec.long_code:
             code.append(value)
         elif flag in ("--require", "--import", "--loader"):
-            reader.run_file(_literal_word(value or ""))
+            reader.run_file(literal_word(value or ""))
     elif flag in ("-encodedcommand", "-enc", "-ec"):
         reader.find(COMPUTED)
     return i
 
 
-def _load_module(reader: _Reader, language: Language, module: str | None) -> None:
+def _load_module(reader: Reader, language: Language, module: str | None) -> None:
     """`python -m mod`, `perl -MFile::Path`, `node -r ./x.js`: code loaded by name."""
     if module is None:
         reader.find(COMPUTED)
@@ -1084,15 +707,15 @@ def _load_module(reader: _Reader, language: Language, module: str | None) -> Non
     if language == "python":
         reader.ran_project = True  # `python -m pytest` runs the project's conftest.py
         path = module.replace(".", "/")
-        reader.run_file(_literal_word(path + ".py"))
-        reader.run_file(_literal_word(path + "/__main__.py"))
+        reader.run_file(literal_word(path + ".py"))
+        reader.run_file(literal_word(path + "/__main__.py"))
     elif language in ("perl", "ruby"):
         reader.code(language, f"use {module}", 0)
     else:
-        reader.run_file(_literal_word(module))
+        reader.run_file(literal_word(module))
 
 
-def _decoder(reader: _Reader, call: _Call) -> None:
+def _decoder(reader: Reader, call: Call) -> None:
     options, operands = _options_and_operands(call)
     name = call.name
     if name == "uudecode":
@@ -1110,13 +733,13 @@ def _decoder(reader: _Reader, call: _Call) -> None:
         reader.use("read", word)
 
 
-def _compressor(reader: _Reader, call: _Call) -> None:
+def _compressor(reader: Reader, call: Call) -> None:
     """gzip and friends replace the files they name."""
     for word in _options_and_operands(call, "S")[1]:
         reader.use("write", word)
 
 
-def _downloader(reader: _Reader, call: _Call) -> None:
+def _downloader(reader: Reader, call: Call) -> None:
     """curl and wget write files: a named output, or the URL's last component."""
     texts = call.texts()
     named = ("-o", "--output") if call.name == "curl" else ("-O", "--output-document")
@@ -1126,22 +749,22 @@ def _downloader(reader: _Reader, call: _Call) -> None:
             reader.use("write", call.args[i + 1])
             remote = False
         elif text and text.startswith(named[1] + "="):
-            reader.use("write", _literal_word(text.split("=", 1)[1]))
+            reader.use("write", literal_word(text.split("=", 1)[1]))
             remote = False
     if remote:
         for text in texts:
             if text and re.match(r"^[a-z]+://", text, re.IGNORECASE):
                 name = text.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-                reader.use("write", _literal_word(name or "index.html"))
+                reader.use("write", literal_word(name or "index.html"))
 
 
-def _archive(reader: _Reader, call: _Call) -> None:
+def _archive(reader: Reader, call: Call) -> None:
     texts = call.texts()
     for i, text in enumerate(texts):
         if text in ("-f", "--file") and i + 1 < len(call.args):
             reader.use("write", call.args[i + 1])
         elif text and text.startswith("--file="):
-            reader.use("write", _literal_word(text.split("=", 1)[1]))
+            reader.use("write", literal_word(text.split("=", 1)[1]))
     operands = _options_and_operands(call, "bntfCT")[1]
     if call.name == "zip" and operands:
         reader.use("write", operands[0])
@@ -1150,7 +773,7 @@ def _archive(reader: _Reader, call: _Call) -> None:
         reader.use("read", word, recursive=True)
 
 
-def _project(reader: _Reader, call: _Call) -> None:
+def _project(reader: Reader, call: Call) -> None:
     reader.ran_project = reader.ran_code = True
     fed = call.command.piped or any(r.op in ("<<", "<<-", "<<<") for r in call.command.redirects)
     if fed and any(t in _STDIN_NAMES or t in ("-f", "--file") for t in call.texts() if t):
@@ -1158,17 +781,17 @@ def _project(reader: _Reader, call: _Call) -> None:
     _names_operands(reader, call)
 
 
-def _schedule(reader: _Reader, call: _Call) -> None:
+def _schedule(reader: Reader, call: Call) -> None:
     if call.name == "crontab" and call.texts() == ["-l"]:
         return
     reader.find(SCHEDULE)
 
 
-def _sort(reader: _Reader, call: _Call) -> None:
+def _sort(reader: Reader, call: Call) -> None:
     options, operands = _options_and_operands(call, "otkST")
     for i, option in enumerate(options[:-1]):
         if option == "-o":
-            reader.use("write", _literal_word(options[i + 1]))
+            reader.use("write", literal_word(options[i + 1]))
     for word in operands:
         reader.use("read", word)
 
@@ -1231,9 +854,13 @@ def _handler_for(name: str) -> Handler:
     return _names_operands
 
 
-@functools.lru_cache(maxsize=256)
-def assess(command: str) -> Effects:
-    """Everything the guard can tell about what `command` does (pure: text in, effects out)."""
-    reader = _Reader(counts=_assigned_names(command))
-    reader.script(command, 0)
-    return reader.conclude()
+def run(reader: Reader, call: Call) -> None:
+    """What `call` does, told to the reader."""
+    handler = _HANDLERS.get(call.name) or _handler_for(call.name)
+    handler(reader, call)
+    if call.per_input and handler not in (_reads_operands, _text_only):
+        # `find | xargs sed -i ...`: its operands arrive on stdin, unseen.
+        reader.use("write", UNKNOWN, content=False)
+    for option in _EXEC_OPTIONS.get(call.name, ()):
+        if any(_has_option(t, option) for t in call.texts() if t is not None):
+            reader.find(EXEC_OPTION)
