@@ -20,6 +20,7 @@ from app.security.protected import SANDBOX_WORKSPACE, PathPolicy
 from app.security.shell.effects import assess
 from app.security.shell.syntax import parse
 from app.security.shell.words import Binding, Env, Value, expand
+from app.tools.files import WRITE_FILE
 from app.tools.sandbox import SANDBOX_WORKSPACE as MOUNTED_AT
 from app.tools.terminal import MAX_COMMAND_CHARS, TERMINAL
 
@@ -286,6 +287,10 @@ PROTECTED_PATHS = [
     ("cat $(pwd)/../data/events.log", "protected.courier_state"),
     ("cat $(pwd)/x/courier.db", "hard_block.courier_state"),
     ("find . -name '*.md' | xargs sed -i s/a/b/", "protected.instruction_file"),
+    ("cp -l AGENTS.md notes.txt", "protected.instruction_file"),
+    ("echo x > hard.txt", "protected.instruction_file"),  # a hard link to AGENTS.md
+    ("cd .. && cat $PWD/data/events.log", "hard_block.courier_state"),
+    ("cat /proc/self/cwd/../data/events.log", "hard_block.courier_state"),
 ]
 
 ALLOWED = [
@@ -363,6 +368,7 @@ def guard(tmp_path: Path) -> TurnGuard:
     (ws / "AGENTS.md").write_text("rules\n")
     (ws / "CLAUDE.md").write_text("rules\n")
     (ws / "lnk.md").symlink_to(ws / "AGENTS.md")
+    (ws / "hard.txt").hardlink_to(ws / "AGENTS.md")
     (ws / "docs" / "rules.md").write_text("more rules\n")
     (data / "courier.db").write_text("")
     (data / "events.log").write_text("")
@@ -524,3 +530,12 @@ def test_the_longest_hostile_commands_get_a_verdict(guard: TurnGuard, command: s
     """No crash and no stall-sized work: each is judged (the deep ones ask, unread)."""
     assert len(command) <= MAX_COMMAND_CHARS
     assert _judge(guard, command)[0] in ("allow", "approve")
+
+
+def test_a_hard_link_to_an_instruction_file_is_one_for_the_file_tools_too(
+    guard: TurnGuard,
+) -> None:
+    verdict, _ = guard.judge(WRITE_FILE, {"path": "hard.txt", "content": "obey"})
+    assert (verdict.action, verdict.rule) == ("approve", "protected.instruction_file")
+    verdict, _ = guard.judge(WRITE_FILE, {"path": "src/new.py", "content": "x = 1"})
+    assert verdict.action == "allow"

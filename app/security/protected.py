@@ -111,7 +111,7 @@ class PathPolicy:
     def protected(self, workspace: Path, path: Path) -> bool:
         """An instruction file, judged on both spellings: the path as written (so a
         `.courier/link` pointing elsewhere still counts) and where it really leads."""
-        if _real(path) in self.instruction_files:
+        if _real(path) in self.instruction_files or self._hard_link_to_one(workspace, path):
             return True
         root = _real(workspace)
         for candidate in (Path(os.path.abspath(path)), _real(path)):
@@ -123,6 +123,25 @@ class PathPolicy:
                 return True
             if any(part.lower() == PROTECTED_DIR for part in parts):
                 return True
+        return False
+
+    def _hard_link_to_one(self, workspace: Path, path: Path) -> bool:
+        """A second name for an instruction file (`cp -l AGENTS.md notes`): realpath cannot
+        see a hard link, the inode can."""
+        try:
+            seen = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        if seen.st_nlink < 2:
+            return False
+        root = _real(workspace)
+        known = [root / name for name in ("AGENTS.md", "CLAUDE.md", "COURIER.md", "GEMINI.md")]
+        for candidate in (*known, *self.instruction_files):
+            try:
+                if os.path.samestat(seen, candidate.stat()):
+                    return True
+            except (FileNotFoundError, NotADirectoryError):
+                continue
         return False
 
     def check_path(self, workspace: Path, raw: str, *, write: bool) -> Verdict | None:
@@ -321,8 +340,11 @@ def _places(root: Path, value: Value, cwds: tuple[str, ...] | None) -> list[Path
         return [root / text[1:].lstrip("/")]
     if text.startswith("/"):
         places = [Path(text)]
-        if text == SANDBOX_WORKSPACE or text.startswith(SANDBOX_WORKSPACE + "/"):
-            places.append(root / text[len(SANDBOX_WORKSPACE) :].lstrip("/"))
+        for alias in (SANDBOX_WORKSPACE, "/proc/self/cwd"):
+            # Where the command starts, spelled from `/`: resolved here, `/proc/self/cwd`
+            # would be the server's own directory.
+            if text == alias or text.startswith(alias + "/"):
+                places.append(root / text[len(alias) :].lstrip("/"))
         return places
     if cwds is None:
         return []

@@ -220,23 +220,27 @@ class Reader:
             self.env.unknown.add(name)
 
     def change_dir(self, call: Call) -> None:
+        self.cwds = self._moved(call)
+        # `$PWD` follows: `cd .. && cat $PWD/data/x` must not read as the workspace's.
+        if self.cwds is None:
+            self.env.unknown.add("PWD")
+        elif "PWD" not in self.env.unknown:
+            places = dict.fromkeys(_join(ROOT, c) for c in self.cwds)
+            self.env.bound["PWD"] = Binding(tuple(Value(p, p, False) for p in places))
+
+    def _moved(self, call: Call) -> list[str] | None:
+        """Every directory the command may be in after this `cd`: one in a subshell does
+        not stick, so the old ones stay possible too."""
         operands = [w for w in call.args if not (w.literal() or "").startswith("-")]
         if call.name == "popd" or self.cwds is None:
-            self.cwds = None
-            return
+            return None
         if not operands:
-            self.cwds.append(ROOT)
-            return
+            return [*self.cwds, ROOT]
         values = expand(operands[0], self.env)
         if values is None or any(v.glob for v in values):
-            self.cwds = None
-            return
-        # Every directory the command may be in: a `cd` in a subshell does not stick.
-        for value in values:
-            for base in list(self.cwds):
-                self.cwds.append(_join(base, value.text))
-        if len(self.cwds) > 16:
-            self.cwds = None
+            return None
+        moved = [*self.cwds, *(_join(b, v.text) for v in values for b in self.cwds)]
+        return moved if len(moved) <= 16 else None
 
     # ------------------------------------------------------------ paths and code
 

@@ -400,12 +400,17 @@ def _copy(reader: Reader, call: Call) -> None:
     elif operands:
         reader.use("write", operands[-1])
     recursive = _short(options, "rRa") or _long(options, "--recursive", "--archive")
+    # `cp -l`/`-s` links instead of copying: a later write through the link lands in the
+    # source, as with ln.
+    links = (
+        call.name == "ln" or _short(options, "ls") or _long(options, "--link", "--symbolic-link")
+    )
     for word in sources:
-        if call.name in ("cp", "install"):
+        if call.name in ("cp", "install") and not links:
             reader.use("read", word, recursive=recursive)
         else:
             # A link to `..` reaches everything under it; a move takes the tree with it.
-            reader.use("write", word, recursive=call.name == "ln")
+            reader.use("write", word, recursive=links)
     destination = target or (operands[-1].literal() if operands else None) or ""
     if call.name == "mv" and destination.startswith(_DISCARDED):
         reader.find(RECURSIVE_DELETE)  # the sandbox's /tmp is gone when the call ends
