@@ -402,8 +402,8 @@ def _copy(reader: Reader, call: Call) -> None:
     recursive = _short(options, "rRa") or _long(options, "--recursive", "--archive")
     # `cp -l`/`-s` links instead of copying: a later write through the link lands in the
     # source, as with ln.
-    links = (
-        call.name == "ln" or _short(options, "ls") or _long(options, "--link", "--symbolic-link")
+    links = call.name == "ln" or (
+        call.name == "cp" and (_short(options, "ls") or _long(options, "--link", "--symbolic-link"))
     )
     for word in sources:
         if call.name in ("cp", "install") and not links:
