@@ -165,7 +165,7 @@ class Reader:
             if not scanned:
                 self.find(COMPUTED)  # `$(echo rm)`, `$cmd`, `/bin/r?`
             return
-        call = Call(name, list(words[1:]), command, depth, per_input)
+        call = Call(name, tuple(words[1:]), command, depth, per_input)
         if name in ("for", "select"):
             self.loop(call)
             return

@@ -61,12 +61,12 @@ SCHEDULE = Finding("danger.schedule", "a command scheduled to run later, outside
 ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Call:
     """One program run with its arguments, inside the command that runs it."""
 
     name: str
-    args: list[Word]
+    args: tuple[Word, ...]
     command: Command
     depth: int
     per_input: bool = False

@@ -601,7 +601,7 @@ def _shell(reader: Reader, call: Call) -> None:
 
 
 def _maybe_code(
-    reader: Reader, call: Call, language: Language | Literal["shell"], words: list[Word]
+    reader: Reader, call: Call, language: Language | Literal["shell"], words: Sequence[Word]
 ) -> None:
     """An option only known at run time may be `-c`: read every later word as code too."""
     for word in words:
