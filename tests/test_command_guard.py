@@ -73,6 +73,10 @@ CASES: list[tuple[str, str, str]] = [
     ("rm -rf .", ASK, "danger.recursive_delete"),
     ("rm -r ../other", ASK, "danger.recursive_delete"),
     ("find . -name '*.py' -delete", ASK, "danger.recursive_delete"),
+    # a shared workspace is the user's real project: any directory asks (issue 28)
+    ("rm -rf build", ASK, "danger.recursive_delete"),
+    ("rm -rf ./node_modules", ASK, "danger.recursive_delete"),
+    ("rm -rf build > /dev/null 2>&1", ASK, "danger.recursive_delete"),
     ("chmod -R 777 ./", ASK, "danger.permissions"),
     ("chown -R nobody /srv/data", ASK, "danger.permissions"),
     # -- download / decode and execute
@@ -114,10 +118,7 @@ CASES: list[tuple[str, str, str]] = [
     ("CMD=rm; $CMD -rf ~/src", ASK, "danger.computed_command"),
     ('eval "$payload"', ASK, "danger.computed_command"),
     # -- harmless look-alikes: must pass
-    ("rm -rf build", OK, ""),
-    ("rm -rf ./node_modules", OK, ""),
     ("rm notes.txt", OK, ""),
-    ("rm -rf build > /dev/null 2>&1", OK, ""),
     ("ls -la /", OK, ""),
     ("cat /etc/os-release", OK, ""),
     ("echo shutdown", OK, ""),

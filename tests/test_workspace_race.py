@@ -13,13 +13,18 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.tools.files import _write
 from app.tools.registry import ToolContext, ToolError
 from app.tools.workspace import _read
+from tests.support.approvals import call, tool_results
+from tests.support.server import Server, sim_env
+from tests.support.sim import Simulator
 
 ATTEMPTS = 10_000
 HOST_SECRET = "HOST-SECRET"
@@ -98,3 +103,70 @@ def test_swapping_a_directory_for_a_host_symlink_never_escapes(tmp_path: Path) -
     assert any(p.name.startswith("x") for p in written)
     # No temp file left behind by a refused write.
     assert not [p for p in written if p.name.startswith(".courier-")]
+
+
+# ---------------------------------------------------------------- through the real server
+
+ROUNDS = 8
+CALLS_PER_ROUND = 40
+
+
+@pytest.fixture
+def swapping_workspace(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A shared workspace whose `d` a separate process swaps with a host symlink, nonstop."""
+    ws, host = tmp_path / "ws", tmp_path / "host"
+    (ws / "d").mkdir(parents=True)
+    host.mkdir()
+    (ws / "d" / "f").write_text("inside\n")
+    (host / "f").write_text(HOST_SECRET + "\n")
+    (ws / "s").symlink_to(host, target_is_directory=True)
+    counter = tmp_path / "swaps"
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(ws / "d"), str(ws / "s"), str(counter)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert swapper.stdout is not None and swapper.stdout.readline() == "ready\n"
+        yield ws, host
+    finally:
+        swapper.send_signal(signal.SIGTERM)
+        swapper.wait(timeout=10)
+    assert int(counter.read_text()) > 0
+
+
+def test_a_turn_racing_a_swapped_directory_ends_with_tool_errors_never_a_500(
+    simulator: Simulator, swapping_workspace: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The hostile model reads and writes through `d` while another process swaps it; the
+    guard's path checks (realpath raises EINVAL when `d` changes mid-call) must turn into
+    tool results, and the turn must end normally."""
+    ws, host = swapping_workspace
+    simulator.reset()
+    calls = [
+        call("read_file", path="d/f") if i % 2 else call("write_file", path=f"d/x{i}", content="p")
+        for i in range(CALLS_PER_ROUND)
+    ]
+    simulator.script(
+        [{"reply": {"tool_calls": calls}} for _ in range(ROUNDS)] + [{"reply": {"text": "done"}}]
+    )
+    env = sim_env(simulator.base_url, COURIER_WORKSPACE=str(ws))
+    server = Server(data_dir=tmp_path / "data", env=env).start()
+    try:
+        resp = httpx.post(
+            f"{server.base_url}/v1/chat/completions",
+            json={"model": "courier", "messages": [{"role": "user", "content": "race"}]},
+            headers=server.headers(),
+            timeout=120,
+        )
+    finally:
+        server.stop()
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["choices"][0]["message"]["content"] == "done"
+    results = tool_results(simulator)  # the last request carries every round's results
+    assert len(results) == ROUNDS * CALLS_PER_ROUND
+    assert not [r for r in results if HOST_SECRET in r]
+    assert not [r for r in results if "internal error" in r]
+    errors = [r for r in results if r.startswith("error:")]
+    assert errors and len(errors) < len(results)  # the race was live: both states were seen
+    assert sorted(p.name for p in host.iterdir()) == ["f"]

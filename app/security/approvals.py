@@ -3,11 +3,14 @@
 The order of `TurnGuard.judge` is the design, and the bypass comes late on purpose:
 
 1. the command guard's floor, the `sudo -S` guard and the operator's deny globs refuse;
-2. Courier's own config, database and data directory are refused for every tool;
+2. Courier's own config, database and data directory are refused for every tool (a path
+   that may lead there, a glob or a `cd` somewhere unknown, asks);
 3. a write to an agent instruction file asks a human, every time, bypass or not, and a
-   `session` or `always` answer is refused for it (only `once` or `deny`); so is the
-   change itself, by whatever command it was made, before later prompts take it
-   (`context.instruction_change`, raised by app/agent/context_files.py; no turn waits);
+   `session` or `always` answer is refused for it (only `once` or `deny`). Paths are
+   judged where they lead after expansion (`A*S.md`, `$n.md`), and a write to a path only
+   known at run time counts as one. So is the change itself, by whatever command it was
+   made, before later prompts take it (`context.instruction_change`, raised by
+   app/agent/context_files.py; no turn waits);
 4. only now: approvals off (frozen at startup), the allowlist, standing grants and the
    profile's unattended mode may let a dangerous call through without asking.
 
@@ -220,8 +223,9 @@ class ApprovalGate:
             raise ApprovalConflict(f"approval {approval_id} is {row.status}, not pending")
         if not row.grantable and decision in ("session", "always"):
             raise ApprovalRefused(
-                "this is a write to an agent instruction file: it can only be approved "
-                "once or denied, never by a standing grant"
+                "this call touches a protected path (an agent instruction file, or one that "
+                "may lead into Courier's own state): it can only be approved once or "
+                "denied, never by a standing grant"
             )
         if self.policy.separate_approver and approver == row.requested_by:
             raise ApprovalRefused(
@@ -335,7 +339,18 @@ class TurnGuard:
         self, call: ToolCall, tool: Tool, raw_args: dict[str, Any]
     ) -> ToolOutcome | None:
         args = coerce_arguments(raw_args, tool.parameters)
-        verdict, command = self.judge(tool, args)
+        try:
+            # In a thread: reading a 100 KB command and resolving its paths takes long
+            # enough to stall every other session's turn if done on the event loop.
+            verdict, command = await asyncio.to_thread(self.judge, tool, args)
+        except OSError as exc:
+            # A path the model named changed while it was checked (another session swapping
+            # a directory for a link): unjudged means not run, and the turn goes on.
+            log.warning("could not judge %s call %s: %s", tool.name, call.id, exc)
+            return refusal(
+                f"a path in this call changed while it was being checked ({exc.strerror}), "
+                "so the call was not run."
+            )
         if verdict.action == "allow":
             return None
         if verdict.action == "block":

@@ -13,6 +13,10 @@ Matching runs on a normalised copy of the command (`normalise`). Matching the ra
 would let `r''m -rf /`, `rm${IFS}-rf${IFS}/`, a fullwidth `ｒｍ` or a line continuation
 walk past every pattern. Normalising over-approximates (a `;` inside quotes is treated
 as a separator): a false "ask" costs a click, a false "allow" costs the disk.
+
+Patterns alone lose to the next spelling (`rm -r -f src`, `git -c a=b push --force`,
+`python3 -c` with `shutil.rmtree`), so on the full ladder the command is also read by its
+structure and judged by what it does (`app/security/shell/`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from app.security.shell.effects import assess
+from app.security.shell.syntax import CONFUSABLES
 
 Action = Literal["allow", "approve", "block"]
 
@@ -53,41 +60,6 @@ _CONTINUATION = re.compile(r"\\\r?\n")
 _IFS = re.compile(r"\$\{IFS(?:[^}]*)\}|\$IFS(?![A-Za-z0-9_])")
 _ANSI_C_QUOTE = re.compile(r"\$'((?:[^'\\]|\\.)*)'")
 _EMPTY_SUBST = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:0:0\}|\$\(\s*\)|``")
-
-# Letters that render like ASCII but NFKC leaves alone (Cyrillic and Greek). A command
-# spelled with them would not run as the ASCII one, but a path or argument might, so the
-# guard reads them as ASCII: a false "ask" is the cheap direction.
-_CONFUSABLES = str.maketrans(
-    {
-        "а": "a",
-        "е": "e",
-        "о": "o",
-        "р": "p",
-        "с": "c",
-        "у": "y",
-        "х": "x",
-        "і": "i",
-        "ј": "j",
-        "ѕ": "s",
-        "ԁ": "d",
-        "һ": "h",
-        "м": "m",
-        "т": "t",
-        "к": "k",
-        "в": "b",
-        "н": "h",
-        "г": "r",
-        "ο": "o",
-        "α": "a",
-        "ν": "v",
-        "ρ": "p",
-        "τ": "t",
-        "ε": "e",
-        "ι": "i",
-        "κ": "k",
-        "μ": "m",
-    }
-)
 
 
 def _decode_ansi_c(match: re.Match[str]) -> str:
@@ -135,7 +107,7 @@ def normalise(command: str) -> str:
     text = unicodedata.normalize("NFKC", text)
     # Zero-width and other format characters (U+200B inside `rm`) render as nothing.
     text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
-    text = text.translate(_CONFUSABLES)
+    text = text.translate(CONFUSABLES)
     text = _CONTINUATION.sub("", text)
     text = _ANSI_C_QUOTE.sub(_decode_ansi_c, text)
     text = _EMPTY_SUBST.sub("", text)
@@ -324,7 +296,9 @@ _BLOCK_DEVICE = re.compile(
     r"^/dev/(sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|md\d|dm-\d|disk\d|loop\d|"
     r"mapper/|sr\d|nbd\d|rbd\d|zd\d)"
 )
-_FORK_BOMB = re.compile(r"([a-z_:][a-z0-9_:]*)\(\)\{[^}]*\1\|\1&")
+# The name starts where a name can start: retried at every letter of a long run, the
+# search was quadratic (60 s for a 100 KB command, on the event loop).
+_FORK_BOMB = re.compile(r"(?<![a-z0-9_:])([a-z_:][a-z0-9_:]*)\(\)\{[^}]*\1\|\1&")
 _PERL_FORK = re.compile(r"fork\s*while\s*fork|while\s*\(?\s*(?:1|true)\s*\)?\s*;?\s*do\s*\S*\s*&")
 
 
@@ -515,12 +489,6 @@ def _dangerous(text: str, segs: Sequence[Segment]) -> Verdict | None:
         )
     for seg in segs:
         p = seg.program
-        if _recursive_rm(seg) and (not seg.operands() or any(_broad(a) for a in seg.operands())):
-            return Verdict(
-                "approve", "danger.recursive_delete", "a recursive delete of a broad target"
-            )
-        if p == "find" and ("-delete" in seg.args or ("-exec" in seg.args and "rm" in seg.args)):
-            return Verdict("approve", "danger.recursive_delete", "find that deletes what it finds")
         if p in ("chmod", "chown", "chgrp") and (
             (
                 (seg.has_short_flag("R") or seg.has_long_flag("--recursive"))
@@ -529,23 +497,6 @@ def _dangerous(text: str, segs: Sequence[Segment]) -> Verdict | None:
             or any(a.startswith("/") for a in seg.operands()[1:])
         ):
             return Verdict("approve", "danger.permissions", "changing ownership or modes broadly")
-        if p == "git":
-            args = seg.args
-            sub = next((a for a in args if not a.startswith("-")), "")
-            if sub == "push" and (
-                seg.has_long_flag("--force", "--force-with-lease", "--mirror", "--delete")
-                or "-f" in args
-                or any(a.startswith("+") for a in args)
-            ):
-                return Verdict(
-                    "approve", "danger.git_force", "a force push rewrites shared history"
-                )
-            if sub == "reset" and "--hard" in args:
-                return Verdict("approve", "danger.git_reset", "git reset --hard discards work")
-            if sub == "clean" and (seg.has_short_flag("f") or "--force" in args):
-                return Verdict(
-                    "approve", "danger.git_clean", "git clean -f deletes untracked files"
-                )
         if p in _SSH_PROGRAMS:
             return Verdict("approve", "danger.ssh", "opening a connection to another machine")
         in_place = p != "sed" or seg.has_short_flag("i") or seg.has_long_flag("--in-place")
@@ -601,6 +552,11 @@ def check_command(
         return Verdict("allow", normalised=text)
     if (danger := _dangerous(text, segs)) is not None:
         return Verdict(danger.action, danger.rule, danger.reason, text)
+    # What the command does, read by its structure: a recursive delete in any spelling,
+    # code run from text the command itself produced, and the rest (app/security/shell/).
+    findings = assess(command).findings
+    if findings:
+        return Verdict("approve", findings[0].rule, findings[0].reason, text)
     return Verdict("allow", normalised=text)
 
 
