@@ -558,3 +558,61 @@ def test_the_bound_token_still_reaches_its_own_session(world: World, simulator: 
         assert unnamed.json()["error"]["code"] == "token_session_mismatch"
     simulator.assert_script_done()
     assert not problems, "\n".join(problems)
+
+
+# ------------------------------------------------------------------ what the turn's tools reach
+
+
+def _tool_turn(
+    sim: Simulator, client: httpx.Client, session_id: str, calls: list[dict[str, Any]]
+) -> str:
+    """A turn in `session_id` whose model makes `calls`: the next upstream request's body."""
+    sim.reset()
+    sim.script([{"reply": {"tool_calls": calls}}, {"reply": {"text": "done"}}])
+    resp = _chat(client, "look it up", {"X-Session-Id": session_id})
+    assert resp.status_code == 200, resp.text
+    sim.assert_script_done()
+    return str(sim.requests()[-1]["body"])
+
+
+def _session_of(sim: Simulator, client: httpx.Client, tag: str, user: str | None) -> str:
+    """A new session whose opening message says `sesame-<tag>` and whose model saves the
+    memory note `<tag>-note`."""
+    sim.reset()
+    sim.script(
+        [
+            {"reply": {"tool_calls": [call("memory", action="add", text=f"{tag}-note")]}},
+            {"reply": {"text": "noted"}},
+        ]
+    )
+    headers = {} if user is None else {"X-Courier-End-User": user}
+    resp = _chat(client, f"the walrus of {tag} says sesame-{tag}", headers)
+    assert resp.status_code == 200, resp.text
+    return str(resp.headers["X-Session-Id"])
+
+
+def test_a_bound_turn_s_tools_reach_its_session_and_its_end_user_s_notes_only(
+    server: Server, simulator: Simulator
+) -> None:
+    """The model in a turn a bound token runs is the token's reach too: `session_search`
+    finds the bound session alone (not even its end user's other sessions), and `memory`
+    holds that end user's notes, as a turn of the key in that session would (the key's own
+    notes and another end user's stay out). The key in the same session still searches all
+    of its end user's sessions: the binding, not the end user, narrows the search."""
+    with _key(server) as key:
+        a1 = _session_of(simulator, key, "a1", "alice-t")
+        _session_of(simulator, key, "bob", "bob-t")
+        _session_of(simulator, key, "key", None)
+        a2 = _session_of(simulator, key, "a2", "alice-t")
+        token = _mint(server, server.api_key, scopes=SCOPES, session_id=a2)
+        calls = [call("session_search", query="walrus"), call("memory", action="list")]
+        with _key(server, token) as bound:
+            seen = _tool_turn(simulator, bound, a2, calls)
+        assert "sesame-a2" in seen and "a1-note" in seen and "a2-note" in seen
+        for other in (a1, "sesame-a1", "sesame-bob", "bob-note", "sesame-key", "key-note"):
+            assert other not in seen, f"{other} reached the bound turn's next request"
+        # Control: the key in the same session reaches alice's other session.
+        unbound = _tool_turn(simulator, key, a2, calls)
+        assert a1 in unbound and "sesame-a1" in unbound
+        for other in ("sesame-bob", "bob-note", "sesame-key", "key-note"):
+            assert other not in unbound, f"{other} reached the key's turn in alice's session"
