@@ -17,6 +17,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import astuple, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ from tests.support.sim import Simulator
 SECRET = "token-secret-" + "b" * 40
 ADMIN_KEY = "admin-key-0123456789abcdef"
 SCOPES = ["approvals", "chat", "sessions:read"]
+USER_HEADER = "X-OpenWebUI-User-Id"
+"""An app's end-user header, configured on the server (COURIER_END_USER_HEADERS)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,8 @@ class Case:
     name: str
     send: Send
     own: int = 200
+    key_own: int | None = None
+    """What a key (not a token) gets for S2's own, where it differs from `own`."""
     phase: str = "read"
     """When S2's own check runs: `read` while a turn of S2 waits on its approval, `decide`
     to answer that approval, `idle` once the turn is over, `last` to delete S2's parts and
@@ -187,7 +192,12 @@ ROUTES: dict[tuple[str, str], list[Case | Listing]] = {
     ],
     ("POST", "/v1/tokens"): [
         # A token never mints (403), but naming a session it cannot see is a 404 first.
-        Case("mint", lambda c, i: c.post("/v1/tokens", json={"session_id": i.session}), own=403)
+        Case(
+            "mint",
+            lambda c, i: c.post("/v1/tokens", json={"session_id": i.session}),
+            own=403,
+            key_own=200,
+        )
     ],
     ("GET", "/v1/sessions"): [
         Listing("sessions list", lambda c, i: c.get("/v1/sessions"), lambda i: i.session)
@@ -296,14 +306,15 @@ def server(
         # A shared workspace: a recursive delete asks a human, so turns can be parked.
         COURIER_WORKSPACE=str(ws),
         COURIER_APPROVAL_TIMEOUT_S="120",
+        COURIER_END_USER_HEADERS=USER_HEADER,
     )
     srv = Server(data_dir=data, env=env).start()
     yield srv
     srv.stop()
 
 
-def _key(server: Server, key: str | None = None) -> httpx.Client:
-    headers = {"Authorization": f"Bearer {key or server.api_key}"}
+def _key(server: Server, key: str | None = None, **headers: str) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {key or server.api_key}", **headers}
     return httpx.Client(base_url=server.base_url, headers=headers, timeout=60)
 
 
@@ -323,9 +334,10 @@ def _park(sim: Simulator, server: Server, session_id: str, command: str) -> Back
     return BackgroundTurn(server, "tidy up", headers={"X-Session-Id": session_id}).start()
 
 
-def _build_session(sim: Simulator, server: Server, name: str) -> Ids:
-    """A session with a stored response and a standing grant (its approval: the test's)."""
-    with _key(server) as key:
+def _build_session(sim: Simulator, server: Server, name: str, **headers: str) -> Ids:
+    """A session with a stored response and a standing grant (its approval: the test's),
+    made by the key with `headers` (an end user's, say)."""
+    with _key(server, **headers) as key:
         sim.script([{"reply": {"text": f"hello from {name}"}}])
         created = key.post("/v1/responses", json={"model": "courier", "input": f"hello {name}"})
         assert created.status_code == 200, created.text
@@ -415,6 +427,8 @@ def _touched(key: httpx.Client, s1: Ids) -> list[str]:
     found = []
     if (status := key.get(f"/v1/approvals/{s1.approval}").json()["status"]) != "pending":
         found.append(f"S1's approval is {status}")
+    if key.get(f"/v1/sessions/{s1.session}").status_code != 200:
+        return [*found, "S1 was deleted"]
     turns = key.get(f"/v1/sessions/{s1.session}/turns").json()["data"]
     if "running" not in {t["status"] for t in turns}:
         found.append("S1's turn was stopped")
@@ -423,9 +437,36 @@ def _touched(key: httpx.Client, s1: Ids) -> list[str]:
         found.append("S1's grant was revoked")
     if key.get(f"/v1/responses/{s1.response}").status_code != 200:
         found.append("S1's response was deleted")
-    if key.get(f"/v1/sessions/{s1.session}").json()["state"] != "live":
-        found.append("S1 was deleted")
     return found
+
+
+def _refused_everywhere(
+    client: httpx.Client,
+    hidden: Ids,
+    *,
+    own: Ids,
+    key: httpx.Client,
+    listings: set[str] | None = None,
+) -> list[str]:
+    """Every way `client` names `hidden`'s resources that does not answer exactly as the
+    key does for an id that does not exist, and every list (of `listings`, None: all)
+    that shows one of them."""
+    problems = []
+    for entry in _entries():
+        got = entry.send(client, hidden)
+        if isinstance(entry, Listing):
+            if listings is None or entry.name in listings:
+                problem = _listing_problem(entry, got, hidden=hidden, own=own, key=key)
+                if problem:
+                    problems.append(problem)
+            continue
+        missing = entry.send(key, MISSING)  # the key's own answer: no such id
+        if got.status_code != 404 or _shape(got, hidden) != _shape(missing, MISSING):
+            problems.append(
+                f"{entry.name}: {got.status_code} {got.text[:200]} "
+                f"(a missing id: {missing.text[:200]})"
+            )
+    return problems
 
 
 def test_a_bound_token_gets_404_on_every_route_of_another_session(
@@ -439,19 +480,8 @@ def test_a_bound_token_gets_404_on_every_route_of_another_session(
         with _key(server) as key:
             for minter, token in world.tokens.items():
                 with _key(server, token) as bound:
-                    for entry in _entries():
-                        got = entry.send(bound, s1)
-                        if isinstance(entry, Listing):
-                            problem = _listing_problem(entry, got, hidden=s1, own=world.s2, key=key)
-                            if problem:
-                                problems.append(f"token of {minter}: {problem}")
-                            continue
-                        missing = entry.send(key, MISSING)  # the key's own answer: no such id
-                        if got.status_code != 404 or _shape(got, s1) != _shape(missing, MISSING):
-                            problems.append(
-                                f"token of {minter}: {entry.name}: {got.status_code} "
-                                f"{got.text[:200]} (a missing id: {missing.text[:200]})"
-                            )
+                    found = _refused_everywhere(bound, s1, own=world.s2, key=key)
+                    problems += [f"token of {minter}: {p}" for p in found]
             problems += _touched(key, s1)
             if len(simulator.requests()) != upstream:
                 problems.append("a request of the token reached the model")
@@ -516,46 +546,136 @@ def test_a_replay_of_another_sessions_request_is_a_fresh_turn_of_its_own(
     assert len(simulator.requests()) == upstream + 3  # nothing ran again
 
 
+def _reached(
+    phase: str,
+    client: httpx.Client,
+    own: Ids,
+    *,
+    hidden: Ids,
+    key: httpx.Client,
+    by_key: bool = False,
+    listings: set[str] | None = None,
+) -> list[str]:
+    """What of `own`'s resources `client` (a token, or a key when `by_key`) did not get
+    as it should in `phase`; in the `read` phase also the lists (of `listings`, None: all)
+    that leave out its own or show `hidden`'s."""
+    problems = []
+    for entry in (e for e in _entries() if isinstance(e, Case) and e.phase == phase):
+        wanted = entry.key_own if by_key and entry.key_own is not None else entry.own
+        got = entry.send(client, own)
+        if got.status_code != wanted:
+            problems.append(f"{entry.name}: {got.status_code} {got.text[:200]}")
+    if phase != "read":
+        return problems
+    for listing in (e for e in _entries() if isinstance(e, Listing)):
+        if listings is not None and listing.name not in listings:
+            continue
+        got = listing.send(client, own)
+        problem = _listing_problem(listing, got, hidden=hidden, own=own, key=key)
+        shown = listing.shown(own)
+        if problem is None and shown is not None and shown not in got.text:
+            problem = f"{listing.name}: leaves out its own {shown}"
+        if problem:
+            problems.append(problem)
+    return problems
+
+
 def test_the_bound_token_still_reaches_its_own_session(world: World, simulator: Simulator) -> None:
     server = world.server
     s2, turn = _parked(simulator, server, world.s2)
-    cases = [e for e in _entries() if isinstance(e, Case)]
     problems: list[str] = []
-
-    def run(phase: str, bound: httpx.Client, key: httpx.Client) -> None:
-        for entry in (c for c in cases if c.phase == phase):
-            got = entry.send(bound, s2)
-            if got.status_code != entry.own:
-                problems.append(f"{entry.name}: {got.status_code} {got.text[:200]}")
-        if phase == "read":
-            for listing in (e for e in _entries() if isinstance(e, Listing)):
-                got = listing.send(bound, s2)
-                problem = _listing_problem(listing, got, hidden=world.s1, own=s2, key=key)
-                wanted = listing.shown(s2)
-                if problem is None and wanted is not None and wanted not in got.text:
-                    problem = f"{listing.name}: leaves out its own {wanted}"
-                if problem:
-                    problems.append(problem)
-
     with _key(server) as key, _key(server, world.tokens["its key"]) as bound:
         try:
-            run("read", bound, key)
+            problems += _reached("read", bound, s2, hidden=world.s1, key=key)
             # An `always` grant would hold for every session: not the token's to give.
             always = bound.post(f"/v1/approvals/{s2.approval}", json={"decision": "always"})
             assert always.status_code == 403, always.text
             assert always.json()["error"]["code"] == "approval_refused"
             simulator.script([{"reply": {"text": "denied, fine"}}])
-            run("decide", bound, key)
+            problems += _reached("decide", bound, s2, hidden=world.s1, key=key)
         finally:
             turn.join()
         simulator.script([{"reply": {"text": f"answer {n}"}} for n in range(4)])
-        run("idle", bound, key)
-        run("last", bound, key)
-        run("end", bound, key)
+        for phase in ("idle", "last", "end"):
+            problems += _reached(phase, bound, s2, hidden=world.s1, key=key)
         # A token names its session or is refused; it is never pinned silently.
         unnamed = _chat(bound, "which session?", {})
         assert unnamed.status_code == 403, unnamed.text
         assert unnamed.json()["error"]["code"] == "token_session_mismatch"
+    simulator.assert_script_done()
+    assert not problems, "\n".join(problems)
+
+
+# ------------------------------------------------------------------ one key's end users
+
+END_USER_LISTS = {"sessions list", "search"}
+"""The lists a request's end user narrows (approvals and grants are the operator's to
+see, `/v1/usage` is the key's spend)."""
+
+
+@dataclass
+class EndUsers:
+    alice: Ids
+    bob: Ids
+    """Only a session: what alice's lists must leave out."""
+
+
+@pytest.fixture(scope="module")
+def end_users(server: Server, simulator: Simulator) -> EndUsers:
+    alice = _build_session(simulator, server, "alice", **{"X-Courier-End-User": "alice-e"})
+    simulator.script([{"reply": {"text": "hello from bob"}}])
+    with _key(server, **{USER_HEADER: "bob-e"}) as bob:
+        made = _chat(bob, "hello bob", {})
+    assert made.status_code == 200, made.text
+    return EndUsers(alice, Ids(made.headers["X-Session-Id"], "", "", ""))
+
+
+@pytest.mark.parametrize("header", ["X-Courier-End-User", USER_HEADER])
+def test_another_end_user_s_header_gets_404_on_every_route_of_a_session(
+    server: Server, simulator: Simulator, end_users: EndUsers, header: str
+) -> None:
+    """Under one key, a request whose headers name bob reaches none of alice's session:
+    the 404 of a missing id on every route, nothing stopped, decided or deleted."""
+    alice, turn = _parked(simulator, server, end_users.alice)
+    upstream = len(simulator.requests())
+    problems: list[str] = []
+    try:
+        with _key(server) as key, _key(server, **{header: "bob-e"}) as bob:
+            problems += _refused_everywhere(
+                bob, alice, own=end_users.bob, key=key, listings=END_USER_LISTS
+            )
+            problems += _touched(key, alice)
+        if len(simulator.requests()) != upstream:
+            problems.append("a request for bob reached the model")
+    finally:
+        simulator.script([{"reply": {"text": "released"}}])
+        with _key(server) as key:
+            key.post(f"/v1/approvals/{alice.approval}", json={"decision": "deny"})
+        turn.join()
+    assert not problems, "\n".join(problems)
+
+
+def test_an_end_user_reaches_its_own_session_and_the_key_without_one_reaches_it_too(
+    server: Server, simulator: Simulator, end_users: EndUsers
+) -> None:
+    alice, turn = _parked(simulator, server, end_users.alice)
+    hidden = end_users.bob
+    problems: list[str] = []
+    with _key(server) as key, _key(server, **{"X-Courier-End-User": "alice-e"}) as own:
+        reach = partial(_reached, hidden=hidden, key=key, by_key=True, listings=END_USER_LISTS)
+        try:
+            problems += reach("read", own, alice)
+            with _key(server, **{USER_HEADER: "alice-e"}) as via_app:
+                problems += reach("read", via_app, alice)
+            # No end user named: the app itself, with today's per-key reach.
+            problems += [f"no header: {p}" for p in reach("read", key, alice, listings=set())]
+            simulator.script([{"reply": {"text": "denied, fine"}}])
+            problems += reach("decide", own, alice)
+        finally:
+            turn.join()
+        simulator.script([{"reply": {"text": f"answer {n}"}} for n in range(4)])
+        for phase in ("idle", "last", "end"):
+            problems += reach(phase, own, alice)
     simulator.assert_script_done()
     assert not problems, "\n".join(problems)
 
