@@ -7,6 +7,11 @@ each of S1's resources on each route, the 404 the key itself gets for an id that
 exist; lists leave S1 out; none of it stops, decides, revokes or deletes anything; a
 replay of S1's request is a new request of S2's. S2's resources still work with the token.
 
+The same table runs for one key's end users: a request whose headers name bob gets that
+404 for every resource of alice's session, while alice's header, or none, reaches it. And
+the model in a bound token's turn reaches what the token does: `session_search` finds the
+bound session alone.
+
 The table below names every route a real `create_app` registers: a route missing from it
 fails `test_every_route_is_in_the_table`, so a new route is covered or the suite says so.
 """
