@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import astuple, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -364,6 +365,20 @@ def _parked(sim: Simulator, server: Server, ids: Ids) -> tuple[Ids, BackgroundTu
     return replace(ids, approval=_wait_for_approval(server, ids.session)), turn
 
 
+@contextmanager
+def _while_parked(sim: Simulator, server: Server, ids: Ids) -> Iterator[Ids]:
+    """`ids` with the approval a turn of that session waits on while the block runs; the
+    turn is then denied and joined."""
+    parked, turn = _parked(sim, server, ids)
+    try:
+        yield parked
+    finally:
+        sim.script([{"reply": {"text": "released"}}])
+        with _key(server) as key:
+            key.post(f"/v1/approvals/{parked.approval}", json={"decision": "deny"})
+        turn.join()
+
+
 def _mint(server: Server, key: str, **body: Any) -> str:
     with _key(server, key) as client:
         resp = client.post("/v1/tokens", json=body)
@@ -478,23 +493,16 @@ def test_a_bound_token_gets_404_on_every_route_of_another_session(
     world: World, simulator: Simulator
 ) -> None:
     server = world.server
-    s1, turn = _parked(simulator, server, world.s1)
-    upstream = len(simulator.requests())
     problems: list[str] = []
-    try:
-        with _key(server) as key:
-            for minter, token in world.tokens.items():
-                with _key(server, token) as bound:
-                    found = _refused_everywhere(bound, s1, own=world.s2, key=key)
-                    problems += [f"token of {minter}: {p}" for p in found]
-            problems += _touched(key, s1)
-            if len(simulator.requests()) != upstream:
-                problems.append("a request of the token reached the model")
-    finally:
-        simulator.script([{"reply": {"text": "released"}}])
-        with _key(server) as key:
-            key.post(f"/v1/approvals/{s1.approval}", json={"decision": "deny"})
-        turn.join()
+    with _while_parked(simulator, server, world.s1) as s1, _key(server) as key:
+        upstream = len(simulator.requests())
+        for minter, token in world.tokens.items():
+            with _key(server, token) as bound:
+                found = _refused_everywhere(bound, s1, own=world.s2, key=key)
+                problems += [f"token of {minter}: {p}" for p in found]
+        problems += _touched(key, s1)
+        if len(simulator.requests()) != upstream:
+            problems.append("a request of the token reached the model")
     assert not problems, "\n".join(problems)
 
 
@@ -641,22 +649,16 @@ def test_another_end_user_s_header_gets_404_on_every_route_of_a_session(
 ) -> None:
     """Under one key, a request whose headers name bob reaches none of alice's session:
     the 404 of a missing id on every route, nothing stopped, decided or deleted."""
-    alice, turn = _parked(simulator, server, end_users.alice)
-    upstream = len(simulator.requests())
     problems: list[str] = []
-    try:
-        with _key(server) as key, _key(server, **{header: "bob-e"}) as bob:
+    with _while_parked(simulator, server, end_users.alice) as alice, _key(server) as key:
+        upstream = len(simulator.requests())
+        with _key(server, **{header: "bob-e"}) as bob:
             problems += _refused_everywhere(
                 bob, alice, own=end_users.bob, key=key, listings=END_USER_LISTS
             )
-            problems += _touched(key, alice)
+        problems += _touched(key, alice)
         if len(simulator.requests()) != upstream:
             problems.append("a request for bob reached the model")
-    finally:
-        simulator.script([{"reply": {"text": "released"}}])
-        with _key(server) as key:
-            key.post(f"/v1/approvals/{alice.approval}", json={"decision": "deny"})
-        turn.join()
     assert not problems, "\n".join(problems)
 
 
