@@ -81,17 +81,26 @@ class ResponsesServing:
         and must get the same response, not a second record of one turn."""
 
     def owned(
-        self, principal: Principal, response_id: str, param: str | None = None
+        self,
+        principal: Principal,
+        response_id: str,
+        param: str | None = None,
+        *,
+        end_user: str | None = None,
     ) -> ResponseRow:
         row = q.get_response(self.store, response_id=response_id)
-        # Another key's response, or another session's for a bound token, answers exactly
-        # like a missing one.
+        # Another key's response, another session's for a bound token, or another end
+        # user's for a request that names one, answers exactly like a missing one.
         if (
             row is None
             or row.retracted
             or not principal.may_see(session_id=row.session_id, owner=row.owner)
         ):
             raise ResponseNotFound(response_id, param)
+        if end_user is not None:
+            session = self.store.get_session(session_id=row.session_id)
+            if session is None or session.end_user != end_user:
+                raise ResponseNotFound(response_id, param)
         return row
 
     async def start(
@@ -154,12 +163,10 @@ class ResponsesServing:
             if principal.session_id is not None:
                 raise TokenSessionMismatch(principal.session_id)  # it would start a session
             return None
-        previous = self.owned(principal, request.previous_response_id, "previous_response_id")
-        if end_user is not None:
-            session = self.store.get_session(session_id=previous.session_id)
-            if session is None or session.end_user != end_user:
-                # Another end user's answer: missing for this one (and never forked for it).
-                raise ResponseNotFound(request.previous_response_id, "previous_response_id")
+        # Another end user's answer is missing for this one (and never forked for it).
+        previous = self.owned(
+            principal, request.previous_response_id, "previous_response_id", end_user=end_user
+        )
         latest = q.latest_response(self.store, session_id=previous.session_id)
         if latest is None or latest.id == previous.id:
             return previous.session_id

@@ -159,6 +159,7 @@ class ChatServing:
             session_id=session_id,
             profile=profile,
             on_behalf=asked.on_behalf,
+            bound_session=asked.principal.session_id,
         )
         req = await asyncio.to_thread(translate) if long else translate()
         if profile.relay:

@@ -7,6 +7,11 @@ each of S1's resources on each route, the 404 the key itself gets for an id that
 exist; lists leave S1 out; none of it stops, decides, revokes or deletes anything; a
 replay of S1's request is a new request of S2's. S2's resources still work with the token.
 
+The same table runs for one key's end users: a request whose headers name bob gets that
+404 for every resource of alice's session, while alice's header, or none, reaches it. And
+the model in a bound token's turn reaches what the token does: `session_search` finds the
+bound session alone.
+
 The table below names every route a real `create_app` registers: a route missing from it
 fails `test_every_route_is_in_the_table`, so a new route is covered or the suite says so.
 """
@@ -16,7 +21,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import astuple, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +42,8 @@ from tests.support.sim import Simulator
 SECRET = "token-secret-" + "b" * 40
 ADMIN_KEY = "admin-key-0123456789abcdef"
 SCOPES = ["approvals", "chat", "sessions:read"]
+USER_HEADER = "X-OpenWebUI-User-Id"
+"""An app's end-user header, configured on the server (COURIER_END_USER_HEADERS)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,8 @@ class Case:
     name: str
     send: Send
     own: int = 200
+    key_own: int | None = None
+    """What a key (not a token) gets for S2's own, where it differs from `own`."""
     phase: str = "read"
     """When S2's own check runs: `read` while a turn of S2 waits on its approval, `decide`
     to answer that approval, `idle` once the turn is over, `last` to delete S2's parts and
@@ -187,7 +198,12 @@ ROUTES: dict[tuple[str, str], list[Case | Listing]] = {
     ],
     ("POST", "/v1/tokens"): [
         # A token never mints (403), but naming a session it cannot see is a 404 first.
-        Case("mint", lambda c, i: c.post("/v1/tokens", json={"session_id": i.session}), own=403)
+        Case(
+            "mint",
+            lambda c, i: c.post("/v1/tokens", json={"session_id": i.session}),
+            own=403,
+            key_own=200,
+        )
     ],
     ("GET", "/v1/sessions"): [
         Listing("sessions list", lambda c, i: c.get("/v1/sessions"), lambda i: i.session)
@@ -296,14 +312,15 @@ def server(
         # A shared workspace: a recursive delete asks a human, so turns can be parked.
         COURIER_WORKSPACE=str(ws),
         COURIER_APPROVAL_TIMEOUT_S="120",
+        COURIER_END_USER_HEADERS=USER_HEADER,
     )
     srv = Server(data_dir=data, env=env).start()
     yield srv
     srv.stop()
 
 
-def _key(server: Server, key: str | None = None) -> httpx.Client:
-    headers = {"Authorization": f"Bearer {key or server.api_key}"}
+def _key(server: Server, key: str | None = None, **headers: str) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {key or server.api_key}", **headers}
     return httpx.Client(base_url=server.base_url, headers=headers, timeout=60)
 
 
@@ -323,9 +340,10 @@ def _park(sim: Simulator, server: Server, session_id: str, command: str) -> Back
     return BackgroundTurn(server, "tidy up", headers={"X-Session-Id": session_id}).start()
 
 
-def _build_session(sim: Simulator, server: Server, name: str) -> Ids:
-    """A session with a stored response and a standing grant (its approval: the test's)."""
-    with _key(server) as key:
+def _build_session(sim: Simulator, server: Server, name: str, **headers: str) -> Ids:
+    """A session with a stored response and a standing grant (its approval: the test's),
+    made by the key with `headers` (an end user's, say)."""
+    with _key(server, **headers) as key:
         sim.script([{"reply": {"text": f"hello from {name}"}}])
         created = key.post("/v1/responses", json={"model": "courier", "input": f"hello {name}"})
         assert created.status_code == 200, created.text
@@ -345,6 +363,20 @@ def _parked(sim: Simulator, server: Server, ids: Ids) -> tuple[Ids, BackgroundTu
     """`ids` with the approval a turn of that session now waits on."""
     turn = _park(sim, server, ids.session, "cd nowhere && rm -rf ./*")
     return replace(ids, approval=_wait_for_approval(server, ids.session)), turn
+
+
+@contextmanager
+def _while_parked(sim: Simulator, server: Server, ids: Ids) -> Iterator[Ids]:
+    """`ids` with the approval a turn of that session waits on while the block runs; the
+    turn is then denied and joined."""
+    parked, turn = _parked(sim, server, ids)
+    try:
+        yield parked
+    finally:
+        sim.script([{"reply": {"text": "released"}}])
+        with _key(server) as key:
+            key.post(f"/v1/approvals/{parked.approval}", json={"decision": "deny"})
+        turn.join()
 
 
 def _mint(server: Server, key: str, **body: Any) -> str:
@@ -415,6 +447,8 @@ def _touched(key: httpx.Client, s1: Ids) -> list[str]:
     found = []
     if (status := key.get(f"/v1/approvals/{s1.approval}").json()["status"]) != "pending":
         found.append(f"S1's approval is {status}")
+    if key.get(f"/v1/sessions/{s1.session}").status_code != 200:
+        return [*found, "S1 was deleted"]
     turns = key.get(f"/v1/sessions/{s1.session}/turns").json()["data"]
     if "running" not in {t["status"] for t in turns}:
         found.append("S1's turn was stopped")
@@ -423,43 +457,52 @@ def _touched(key: httpx.Client, s1: Ids) -> list[str]:
         found.append("S1's grant was revoked")
     if key.get(f"/v1/responses/{s1.response}").status_code != 200:
         found.append("S1's response was deleted")
-    if key.get(f"/v1/sessions/{s1.session}").json()["state"] != "live":
-        found.append("S1 was deleted")
     return found
+
+
+def _refused_everywhere(
+    client: httpx.Client,
+    hidden: Ids,
+    *,
+    own: Ids,
+    key: httpx.Client,
+    listings: set[str] | None = None,
+) -> list[str]:
+    """Every way `client` names `hidden`'s resources that does not answer exactly as the
+    key does for an id that does not exist, and every list (of `listings`, None: all)
+    that shows one of them."""
+    problems = []
+    for entry in _entries():
+        got = entry.send(client, hidden)
+        if isinstance(entry, Listing):
+            if listings is None or entry.name in listings:
+                problem = _listing_problem(entry, got, hidden=hidden, own=own, key=key)
+                if problem:
+                    problems.append(problem)
+            continue
+        missing = entry.send(key, MISSING)  # the key's own answer: no such id
+        if got.status_code != 404 or _shape(got, hidden) != _shape(missing, MISSING):
+            problems.append(
+                f"{entry.name}: {got.status_code} {got.text[:200]} "
+                f"(a missing id: {missing.text[:200]})"
+            )
+    return problems
 
 
 def test_a_bound_token_gets_404_on_every_route_of_another_session(
     world: World, simulator: Simulator
 ) -> None:
     server = world.server
-    s1, turn = _parked(simulator, server, world.s1)
-    upstream = len(simulator.requests())
     problems: list[str] = []
-    try:
-        with _key(server) as key:
-            for minter, token in world.tokens.items():
-                with _key(server, token) as bound:
-                    for entry in _entries():
-                        got = entry.send(bound, s1)
-                        if isinstance(entry, Listing):
-                            problem = _listing_problem(entry, got, hidden=s1, own=world.s2, key=key)
-                            if problem:
-                                problems.append(f"token of {minter}: {problem}")
-                            continue
-                        missing = entry.send(key, MISSING)  # the key's own answer: no such id
-                        if got.status_code != 404 or _shape(got, s1) != _shape(missing, MISSING):
-                            problems.append(
-                                f"token of {minter}: {entry.name}: {got.status_code} "
-                                f"{got.text[:200]} (a missing id: {missing.text[:200]})"
-                            )
-            problems += _touched(key, s1)
-            if len(simulator.requests()) != upstream:
-                problems.append("a request of the token reached the model")
-    finally:
-        simulator.script([{"reply": {"text": "released"}}])
-        with _key(server) as key:
-            key.post(f"/v1/approvals/{s1.approval}", json={"decision": "deny"})
-        turn.join()
+    with _while_parked(simulator, server, world.s1) as s1, _key(server) as key:
+        upstream = len(simulator.requests())
+        for minter, token in world.tokens.items():
+            with _key(server, token) as bound:
+                found = _refused_everywhere(bound, s1, own=world.s2, key=key)
+                problems += [f"token of {minter}: {p}" for p in found]
+        problems += _touched(key, s1)
+        if len(simulator.requests()) != upstream:
+            problems.append("a request of the token reached the model")
     assert not problems, "\n".join(problems)
 
 
@@ -516,45 +559,187 @@ def test_a_replay_of_another_sessions_request_is_a_fresh_turn_of_its_own(
     assert len(simulator.requests()) == upstream + 3  # nothing ran again
 
 
+def _reached(
+    phase: str,
+    client: httpx.Client,
+    own: Ids,
+    *,
+    hidden: Ids,
+    key: httpx.Client,
+    by_key: bool = False,
+    listings: set[str] | None = None,
+) -> list[str]:
+    """What of `own`'s resources `client` (a token, or a key when `by_key`) did not get
+    as it should in `phase`; in the `read` phase also the lists (of `listings`, None: all)
+    that leave out its own or show `hidden`'s."""
+    problems = []
+    for entry in (e for e in _entries() if isinstance(e, Case) and e.phase == phase):
+        wanted = entry.key_own if by_key and entry.key_own is not None else entry.own
+        got = entry.send(client, own)
+        if got.status_code != wanted:
+            problems.append(f"{entry.name}: {got.status_code} {got.text[:200]}")
+    if phase != "read":
+        return problems
+    for listing in (e for e in _entries() if isinstance(e, Listing)):
+        if listings is not None and listing.name not in listings:
+            continue
+        got = listing.send(client, own)
+        problem = _listing_problem(listing, got, hidden=hidden, own=own, key=key)
+        shown = listing.shown(own)
+        if problem is None and shown is not None and shown not in got.text:
+            problem = f"{listing.name}: leaves out its own {shown}"
+        if problem:
+            problems.append(problem)
+    return problems
+
+
 def test_the_bound_token_still_reaches_its_own_session(world: World, simulator: Simulator) -> None:
     server = world.server
     s2, turn = _parked(simulator, server, world.s2)
-    cases = [e for e in _entries() if isinstance(e, Case)]
     problems: list[str] = []
-
-    def run(phase: str, bound: httpx.Client, key: httpx.Client) -> None:
-        for entry in (c for c in cases if c.phase == phase):
-            got = entry.send(bound, s2)
-            if got.status_code != entry.own:
-                problems.append(f"{entry.name}: {got.status_code} {got.text[:200]}")
-        if phase == "read":
-            for listing in (e for e in _entries() if isinstance(e, Listing)):
-                got = listing.send(bound, s2)
-                problem = _listing_problem(listing, got, hidden=world.s1, own=s2, key=key)
-                wanted = listing.shown(s2)
-                if problem is None and wanted is not None and wanted not in got.text:
-                    problem = f"{listing.name}: leaves out its own {wanted}"
-                if problem:
-                    problems.append(problem)
-
     with _key(server) as key, _key(server, world.tokens["its key"]) as bound:
         try:
-            run("read", bound, key)
+            problems += _reached("read", bound, s2, hidden=world.s1, key=key)
             # An `always` grant would hold for every session: not the token's to give.
             always = bound.post(f"/v1/approvals/{s2.approval}", json={"decision": "always"})
             assert always.status_code == 403, always.text
             assert always.json()["error"]["code"] == "approval_refused"
             simulator.script([{"reply": {"text": "denied, fine"}}])
-            run("decide", bound, key)
+            problems += _reached("decide", bound, s2, hidden=world.s1, key=key)
         finally:
             turn.join()
         simulator.script([{"reply": {"text": f"answer {n}"}} for n in range(4)])
-        run("idle", bound, key)
-        run("last", bound, key)
-        run("end", bound, key)
+        for phase in ("idle", "last", "end"):
+            problems += _reached(phase, bound, s2, hidden=world.s1, key=key)
         # A token names its session or is refused; it is never pinned silently.
         unnamed = _chat(bound, "which session?", {})
         assert unnamed.status_code == 403, unnamed.text
         assert unnamed.json()["error"]["code"] == "token_session_mismatch"
     simulator.assert_script_done()
     assert not problems, "\n".join(problems)
+
+
+# ------------------------------------------------------------------ one key's end users
+
+END_USER_LISTS = {"sessions list", "search"}
+"""The lists a request's end user narrows (approvals and grants are the operator's to
+see, `/v1/usage` is the key's spend)."""
+
+
+@dataclass
+class EndUsers:
+    alice: Ids
+    bob: Ids
+    """Only a session: what alice's lists must leave out."""
+
+
+@pytest.fixture(scope="module")
+def end_users(server: Server, simulator: Simulator) -> EndUsers:
+    alice = _build_session(simulator, server, "alice", **{"X-Courier-End-User": "alice-e"})
+    simulator.script([{"reply": {"text": "hello from bob"}}])
+    with _key(server, **{USER_HEADER: "bob-e"}) as bob:
+        made = _chat(bob, "hello bob", {})
+    assert made.status_code == 200, made.text
+    return EndUsers(alice, Ids(made.headers["X-Session-Id"], "", "", ""))
+
+
+@pytest.mark.parametrize("header", ["X-Courier-End-User", USER_HEADER])
+def test_another_end_user_s_header_gets_404_on_every_route_of_a_session(
+    server: Server, simulator: Simulator, end_users: EndUsers, header: str
+) -> None:
+    """Under one key, a request whose headers name bob reaches none of alice's session:
+    the 404 of a missing id on every route, nothing stopped, decided or deleted."""
+    problems: list[str] = []
+    with _while_parked(simulator, server, end_users.alice) as alice, _key(server) as key:
+        upstream = len(simulator.requests())
+        with _key(server, **{header: "bob-e"}) as bob:
+            problems += _refused_everywhere(
+                bob, alice, own=end_users.bob, key=key, listings=END_USER_LISTS
+            )
+        problems += _touched(key, alice)
+        if len(simulator.requests()) != upstream:
+            problems.append("a request for bob reached the model")
+    assert not problems, "\n".join(problems)
+
+
+def test_an_end_user_reaches_its_own_session_and_the_key_without_one_reaches_it_too(
+    server: Server, simulator: Simulator, end_users: EndUsers
+) -> None:
+    alice, turn = _parked(simulator, server, end_users.alice)
+    hidden = end_users.bob
+    problems: list[str] = []
+    with _key(server) as key, _key(server, **{"X-Courier-End-User": "alice-e"}) as own:
+        reach = partial(_reached, hidden=hidden, key=key, by_key=True, listings=END_USER_LISTS)
+        try:
+            problems += reach("read", own, alice)
+            with _key(server, **{USER_HEADER: "alice-e"}) as via_app:
+                problems += reach("read", via_app, alice)
+            # No end user named: the app itself, with today's per-key reach.
+            problems += [f"no header: {p}" for p in reach("read", key, alice, listings=set())]
+            simulator.script([{"reply": {"text": "denied, fine"}}])
+            problems += reach("decide", own, alice)
+        finally:
+            turn.join()
+        simulator.script([{"reply": {"text": f"answer {n}"}} for n in range(4)])
+        for phase in ("idle", "last", "end"):
+            problems += reach(phase, own, alice)
+    simulator.assert_script_done()
+    assert not problems, "\n".join(problems)
+
+
+# ------------------------------------------------------------------ what the turn's tools reach
+
+
+def _tool_turn(
+    sim: Simulator, client: httpx.Client, session_id: str, calls: list[dict[str, Any]]
+) -> str:
+    """A turn in `session_id` whose model makes `calls`: the next upstream request's body."""
+    sim.reset()
+    sim.script([{"reply": {"tool_calls": calls}}, {"reply": {"text": "done"}}])
+    resp = _chat(client, "look it up", {"X-Session-Id": session_id})
+    assert resp.status_code == 200, resp.text
+    sim.assert_script_done()
+    return str(sim.requests()[-1]["body"])
+
+
+def _session_of(sim: Simulator, client: httpx.Client, tag: str, user: str | None) -> str:
+    """A new session whose opening message says `sesame-<tag>` and whose model saves the
+    memory note `<tag>-note`."""
+    sim.reset()
+    sim.script(
+        [
+            {"reply": {"tool_calls": [call("memory", action="add", text=f"{tag}-note")]}},
+            {"reply": {"text": "noted"}},
+        ]
+    )
+    headers = {} if user is None else {"X-Courier-End-User": user}
+    resp = _chat(client, f"the walrus of {tag} says sesame-{tag}", headers)
+    assert resp.status_code == 200, resp.text
+    return str(resp.headers["X-Session-Id"])
+
+
+def test_a_bound_turn_s_tools_reach_its_session_and_its_end_user_s_notes_only(
+    server: Server, simulator: Simulator
+) -> None:
+    """The model in a turn a bound token runs is the token's reach too: `session_search`
+    finds the bound session alone (not even its end user's other sessions), and `memory`
+    holds that end user's notes, as a turn of the key in that session would (the key's own
+    notes and another end user's stay out). The key in the same session still searches all
+    of its end user's sessions: the binding, not the end user, narrows the search."""
+    with _key(server) as key:
+        a1 = _session_of(simulator, key, "a1", "alice-t")
+        _session_of(simulator, key, "bob", "bob-t")
+        _session_of(simulator, key, "key", None)
+        a2 = _session_of(simulator, key, "a2", "alice-t")
+        token = _mint(server, server.api_key, scopes=SCOPES, session_id=a2)
+        calls = [call("session_search", query="walrus"), call("memory", action="list")]
+        with _key(server, token) as bound:
+            seen = _tool_turn(simulator, bound, a2, calls)
+        assert "sesame-a2" in seen and "a1-note" in seen and "a2-note" in seen
+        for other in (a1, "sesame-a1", "sesame-bob", "bob-note", "sesame-key", "key-note"):
+            assert other not in seen, f"{other} reached the bound turn's next request"
+        # Control: the key in the same session reaches alice's other session.
+        unbound = _tool_turn(simulator, key, a2, calls)
+        assert a1 in unbound and "sesame-a1" in unbound
+        for other in ("sesame-bob", "bob-note", "sesame-key", "key-note"):
+            assert other not in unbound, f"{other} reached the key's turn in alice's session"

@@ -63,6 +63,12 @@ CASES: list[tuple[str, str, str]] = [
     ("$'\\x72\\x6d' -rf /", BLOCK, "floor.recursive_delete"),
     ("shut\\\ndown now", BLOCK, "floor.shutdown"),
     ("sudo -- poweroff", BLOCK, "floor.shutdown"),
+    # the command a compound-command keyword runs is the floor's too
+    ("if rm -rf /; then :; fi", BLOCK, "floor.recursive_delete"),
+    ("while rm -rf /; do :; done", BLOCK, "floor.recursive_delete"),
+    ("until rm -rf ~; do :; done", BLOCK, "floor.recursive_delete"),
+    ("if true; then :; elif rm -rf /; then :; fi", BLOCK, "floor.recursive_delete"),
+    ("coproc rm -rf /", BLOCK, "floor.recursive_delete"),
     # -- sudo -S
     ("echo hunter2 | sudo -S whoami", BLOCK, "floor.sudo_stdin"),
     ("sudo -kS apt-get install x", BLOCK, "floor.sudo_stdin"),

@@ -217,6 +217,8 @@ OTHER_WAYS_TO_RUN = [
     ("sed -n '1e id' f", "danger.exec_option"),
     ("sed -n 'w out' f", "danger.exec_option"),
     ("sqlite3 x.db '.shell id'", "danger.exec_option"),
+    ("rg --pre sh x src", "danger.exec_option"),
+    ("rg --pre=./x.sh TODO", "danger.exec_option"),
     ("crontab x", "danger.schedule"),
     ("echo id | at now", "danger.schedule"),
     ("$(echo rm) -rf src", "danger.computed_command"),
@@ -290,6 +292,24 @@ PROTECTED_PATHS = [
     ("cp -l AGENTS.md notes.txt", "protected.instruction_file"),
     ("echo x > hard.txt", "protected.instruction_file"),  # a hard link to AGENTS.md
     ("cd .. && cat $PWD/data/events.log", "hard_block.courier_state"),
+    # Programs whose writes the reader does not model ask by the name they are given, and
+    # a reader's name beside a writer's still asks for the writer.
+    ("uniq x AGENTS.md", "protected.instruction_file"),  # the second operand is the output
+    ("tar -xf x.tar AGENTS.md", "protected.instruction_file"),
+    ("curl -sSLo AGENTS.md https://example.com", "protected.instruction_file"),
+    ("wget -qO AGENTS.md https://example.com", "protected.instruction_file"),
+    ("git checkout HEAD -- AGENTS.md", "protected.instruction_file"),
+    ("git restore AGENTS.md", "protected.instruction_file"),
+    ("cp x/AGENTS.md .", "protected.instruction_file"),
+    ("cp -t . x/AGENTS.md", "protected.instruction_file"),
+    ("less -oAGENTS.md x", "protected.instruction_file"),  # its log file
+    ("sed 's/a/b/w AGENTS.md' x", "protected.instruction_file"),
+    ("[[ -f AGENTS.md ]] && cp x AGENTS.md", "protected.instruction_file"),
+    ("test -e AGENTS.md && echo x > AGENTS.md", "protected.instruction_file"),
+    ("grep foo AGENTS.md | tee AGENTS.md", "protected.instruction_file"),
+    ("cat x 1<>AGENTS.md", "protected.instruction_file"),
+    ("cat AGENTS.md | xargs -I{} cp x {}", "protected.instruction_file"),
+    ("echo x > AGENTS.md 'unterminated", "protected.instruction_file"),  # unread: any name
     ("cat /proc/self/cwd/../data/events.log", "hard_block.courier_state"),
 ]
 
@@ -324,6 +344,20 @@ ALLOWED = [
     "grep -rn TODO src",
     "rg TODO src",
     "cat AGENTS.md",
+    # Reading or testing an instruction file is not writing one, in a compound command too.
+    "[[ -f AGENTS.md ]] && echo yes",
+    "test -e AGENTS.md && echo yes",
+    "test -e AGENTS.md",
+    "grep foo AGENTS.md",
+    "grep -n TODO AGENTS.md | head",
+    "cat AGENTS.md | wc -l",
+    "cat AGENTS.md > copy.md",
+    "if [ -f AGENTS.md ]; then cat AGENTS.md; fi",
+    "ls -la AGENTS.md CLAUDE.md; wc -l AGENTS.md",
+    "rg foo AGENTS.md CLAUDE.md || true",
+    "echo AGENTS.md",
+    "[ -d .courier ] && ls .courier",
+    "diff AGENTS.md CLAUDE.md && echo same",
     "npm test",
     "npm install left-pad",
     "make",

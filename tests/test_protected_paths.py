@@ -78,7 +78,9 @@ def test_profile_instruction_files_are_protected(layout: tuple[PathPolicy, Path]
         ("cp x .courier/spill/y", "approve"),
         ("cat AGENTS.md", None),
         ("grep -n TODO AGENTS.md", None),
-        ("cat AGENTS.md > copy.md", "approve"),  # a redirect makes it compound
+        ("cat AGENTS.md > copy.md", None),  # a read, written to an ordinary file
+        ("cat AGENTS.md > CLAUDE.md", "approve"),
+        ("uniq x AGENTS.md", "approve"),  # a program that is not only a reader
         ("sqlite3 data/courier.db .dump", "block"),
         ("cat courier.toml", "block"),
         ("ls data/", "block"),

@@ -505,6 +505,7 @@ class SessionLifecycle:
             session_id=session.id,
             owner=owner,
             end_user=session.end_user,
+            bound_session=req.bound_session,
             lease=place.lease,
             turn_id=turn_id,
             # A new session's prompt build has just made (or left) its workspace.

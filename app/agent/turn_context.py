@@ -92,6 +92,8 @@ class TurnContext:
     """Where calls that need a human wait; None refuses them (missing state means deny)."""
     end_user: str = ""
     """The session's end user under `owner` ("" for none): the tools' and the ledger's scope."""
+    bound_session: str | None = None
+    """The session a session-bound token that runs the turn is bound to (None otherwise)."""
 
     @property
     def tool_context(self) -> ToolContext:
@@ -101,6 +103,7 @@ class TurnContext:
             workspace=self.workspace,
             owner=self.owner,
             end_user=self.end_user,
+            bound_session=self.bound_session,
             store=self.store,
             network=p.network,
             terminal_backend=p.terminal_backend,

@@ -66,6 +66,10 @@ class TurnRequest:
     end_user: str | None = None
     """The app's end user (app/protocol/end_users.py): a new session is made for it, and
     continuity, memory, search and spend are scoped by it under the key."""
+    bound_session: str | None = None
+    """The session the caller's token is bound to (None for a key or an unbound token):
+    the turn's tools reach that session's transcript alone (`session_search`), as the
+    token's routes do."""
     chat_name: str | None = None
     """The app's own id for the conversation (a session header): names the session."""
     max_cost_usd: Decimal | None = None

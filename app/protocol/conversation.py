@@ -73,6 +73,7 @@ def turn_request(
     session_id: str | None,
     profile: Profile,
     on_behalf: OnBehalf,
+    bound_session: str | None = None,
 ) -> TurnRequest:
     messages = request.messages
     n = 0
@@ -91,6 +92,7 @@ def turn_request(
         output_format=output_format(request),
         parallel_tool_calls=request.parallel_tool_calls,
         end_user=on_behalf.end_user,
+        bound_session=bound_session,
         chat_name=on_behalf.chat,
         max_cost_usd=Decimal(str(request.max_cost_usd))
         if request.max_cost_usd is not None

@@ -71,9 +71,11 @@ async def list_sessions(
     would leave it out whenever 20 newer ones exist)."""
     end_user = listing_scope(request.headers, state.settings, requested=user)
     if principal.session_id is not None:
-        bound = None if cursor or after else visible_summary(state, principal, principal.session_id)
-        if bound is not None and end_user is not None and bound.session.end_user != end_user:
-            bound = None
+        bound = (
+            None
+            if cursor or after
+            else visible_summary(state, principal, principal.session_id, end_user)
+        )
         rows, more = ([bound] if bound is not None else []), False
     else:
         rows, more = q.list_sessions(

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from app.protocol.end_users import end_user_header
 from app.protocol.errors import ApiError
 from app.protocol.limits import load_json_object
 from app.routes.deps import MinterDep, StateDep, read_limited_body
@@ -34,7 +35,10 @@ async def mint_token(request: Request, state: StateDep, principal: MinterDep) ->
     if session_id is not None:
         if not isinstance(session_id, str):
             raise session_not_found(str(session_id))
-        visible_session(state, principal, session_id)  # the key's own, or the admin's
+        # The key's own, or the admin's; of the end user the headers name, if they name one.
+        visible_session(
+            state, principal, session_id, end_user_header(request.headers, state.settings)
+        )
     try:
         minted = issuer.mint(principal, scopes=scopes, ttl_s=ttl, session_id=session_id)
     except TokenRefused as exc:

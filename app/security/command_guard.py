@@ -172,6 +172,13 @@ _WRAPPERS = frozenset(
         "chroot",
         "setsid",
         "eval",
+        "coproc",
+        # Compound-command keywords: the command after one runs like any other, so
+        # `if rm -rf /; then :; fi` is the floor's `rm -rf /`.
+        "if",
+        "elif",
+        "while",
+        "until",
         "then",
         "do",
         "else",

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.security.command_guard import Verdict, has_compound_operators, segments
+from app.security.command_guard import Verdict, segments
 from app.security.shell.effects import assess
 from app.security.shell.findings import PathUse
 from app.security.shell.syntax import ROOT
@@ -31,10 +31,13 @@ INSTRUCTION_NAMES = frozenset({"agents.md", "claude.md", "courier.md", "gemini.m
 """Compared case-insensitively: on a case-insensitive filesystem `agents.md` is the file."""
 PROTECTED_DIR = ".courier"
 READ_ONLY_PROGRAMS = frozenset(
-    {"cat", "head", "tail", "less", "more", "grep", "egrep", "rg", "wc", "ls", "stat", "file"}
-    | {"diff", "cmp", "md5sum", "sha256sum", "realpath", "readlink", "test", "[", "du"}
+    {"cat", "head", "tail", "more", "grep", "egrep", "rg", "wc", "ls", "stat", "file", "du"}
+    | {"diff", "cmp", "md5sum", "sha256sum", "realpath", "readlink", "test", "[", "[["}
+    | {"echo", "printf"}
 )
-"""A simple command (no compound operators) running one of these only reads what it names."""
+"""Programs that only read the files they name (or print the names): they write only
+through a redirection, which the structural reader judges. Not `less` (`-o` writes its log
+file) nor `uniq` (its second operand is its output)."""
 
 PATH_ARGUMENTS = ("path", "file", "filename", "target", "source", "destination", "dest")
 SANDBOX_WORKSPACE = "/workspace"
@@ -47,6 +50,12 @@ STATE_BLOCK = Verdict(
     "Courier's own configuration, database and data directory are off limits",
 )
 _GLOB = re.compile(r"[*?[]")
+_NAMED = re.compile(
+    "(?:" + "|".join(re.escape(n) for n in sorted(INSTRUCTION_NAMES)) + r")(?:$|[\s;&|)<>'\"])"
+    r"|\.courier(?:$|[\s/;&|)<>'\"])",
+    re.IGNORECASE,  # a flag keeps its case when normalised: `less -oAGENTS.md`
+)
+"""An instruction file's name in a normalised command."""
 MAX_MATCHES = 10_000
 """Glob matches the guard looks at before it judges the pattern itself instead."""
 
@@ -194,26 +203,31 @@ class PathPolicy:
         for token in self._hard_tokens(workspace):
             if re.search(rf"(?:^|[\s=<>:(/.]){re.escape(token)}(?:$|[\s/;&|)<>:])", normalised):
                 return STATE_BLOCK
-        if (by_path := self.check_uses(workspace, assess(command).paths)) is not None:
+        effects = assess(command)
+        if (by_path := self.check_uses(workspace, effects.paths)) is not None:
             return by_path
-        names = "|".join(re.escape(n) for n in sorted(INSTRUCTION_NAMES))
-        pattern = rf"(?:{names})(?:$|[\s;&|)<>'\"])|\.courier(?:$|[\s/;&|)<>'\"])"
-        named = re.search(pattern, normalised) is not None
-        if not named and not any(self._names_file(normalised, p) for p in self.instruction_files):
-            return None
-        segs = segments(normalised)
-        simple_read = (
-            not has_compound_operators(command)
-            and len(segs) == 1
-            and segs[0].program in READ_ONLY_PROGRAMS
-        )
-        if simple_read:
-            return None
-        return Verdict(
-            "approve",
-            "protected.instruction_file",
-            "a command touching an agent instruction file, which steers every later session",
-        )
+        # The reader above judges each path a command writes by where it leads. It does not
+        # know everything a program may do with a name (`uniq x AGENTS.md` writes its second
+        # operand, so do `tar -x`, `git checkout` and `curl -sSLo` theirs): a program that
+        # names an instruction file still asks, unless it is one that only reads. Asking for
+        # every command that merely mentions one (`[[ -f AGENTS.md ]] && echo yes`) trained
+        # people to click "approve". A command the reader could not read whole has no
+        # judged redirections to lean on: any mention asks there, as it always did.
+        if any(f.rule == "danger.unreadable" for f in effects.findings):
+            mentioned = self._names_instruction_file(normalised)
+        else:
+            mentioned = any(
+                self._names_instruction_file(" ".join((seg.program, *seg.args)))
+                for seg in segments(normalised)
+                if seg.program not in READ_ONLY_PROGRAMS
+            )
+        if mentioned:
+            return Verdict(
+                "approve",
+                "protected.instruction_file",
+                "a command touching an agent instruction file, which steers every later session",
+            )
+        return None
 
     def check_uses(self, workspace: Path, uses: Sequence[PathUse]) -> Verdict | None:
         """Every path a command writes, reads, runs or names, judged where it leads once
@@ -315,9 +329,15 @@ class PathPolicy:
             return True
         return any(_could_match(p, f) for p in places for f in self.instruction_files)
 
-    @staticmethod
-    def _names_file(normalised: str, path: Path) -> bool:
-        return str(path).lower() in normalised or path.name.lower() in normalised.split()
+    def _names_instruction_file(self, text: str) -> bool:
+        """Whether normalised command text names an instruction file."""
+        if _NAMED.search(text) is not None:
+            return True
+        words = text.split()
+        return any(
+            str(path).lower() in text or path.name.lower() in words
+            for path in self.instruction_files
+        )
 
 
 def _glob(patterns: Sequence[Path]) -> list[Path] | None:

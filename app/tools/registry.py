@@ -36,6 +36,11 @@ class ToolContext:
     end_user: str = ""
     """The session's end user under that key ("" for none): memory and session search see
     only this end user's records, never another's (app/protocol/end_users.py)."""
+    bound_session: str | None = None
+    """Set when a token bound to this session runs the turn: session search then sees this
+    session only, as the token's routes do. Memory stays the end user's: notes are the
+    person's across their sessions (this session's prompt already holds them), not another
+    session's record."""
     store: Store | None = None
     network: bool = False
     """Whether the profile lets tools reach the network (terminal sandbox, web_fetch)."""

@@ -94,7 +94,13 @@ def _search(args: dict[str, Any], ctx: ToolContext) -> str:
     if not terms:
         raise ToolError("the query has no searchable words (search syntax is not supported)")
     search = partial(
-        search_sessions, store, owner=owner, end_user=ctx.end_user, terms=terms, limit=limit
+        search_sessions,
+        store,
+        owner=owner,
+        end_user=ctx.end_user,
+        terms=terms,
+        limit=limit,
+        session_id=ctx.bound_session,  # a bound token's turn: its own session's only
     )
     hits = search()
     any_term = False

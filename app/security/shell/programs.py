@@ -144,6 +144,7 @@ _EXEC_OPTIONS: dict[str, tuple[str, ...]] = {
     ),
     "rsync": ("-e", "--rsh", "--rsync-path"),
     "zip": ("-TT", "--unzip-command"),
+    "rg": ("--pre",),
     "git": ("--upload-pack", "--receive-pack", "--exec"),
     "man": ("-P", "--pager", "-H", "--html"),
     "vim": ("-c", "--cmd", "+", "-S"),
