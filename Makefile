@@ -39,7 +39,7 @@ $(STAMP): requirements.lock pyproject.toml
 	@touch $(STAMP)
 
 demo: install
-	$(BIN)/python -m app.demo
+	$(BIN)/python -m app.ops.demo
 
 lint: install
 	$(BIN)/ruff check app tests $(wildcard benchmarks)

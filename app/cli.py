@@ -31,9 +31,9 @@ def _serve(_args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from app import logs
+    from app.api.http.connection_guard import ConnectionLimits, guarded_httptools_protocol
     from app.main import create_app
-    from app.protocol.connection_guard import ConnectionLimits, guarded_httptools_protocol
+    from app.observe import logs
     from app.tools.plugins import PluginError, load_plugin_tools
 
     try:
@@ -52,7 +52,7 @@ def _serve(_args: argparse.Namespace) -> int:
     # httpx logs every upstream request at INFO: a formatted line per call on the event
     # loop that the per-turn line (`courier.turn`) already covers.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
-    from app.drain import DrainingServer
+    from app.ops.drain import DrainingServer
 
     app = create_app(settings)
     config = uvicorn.Config(
@@ -65,7 +65,7 @@ def _serve(_args: argparse.Namespace) -> int:
         # The lean stack: uvloop and httptools cost about 2.4 ms less CPU per request than
         # asyncio and h11, and the access log (a formatted line per request, on the event
         # loop, carrying the query string) gives way to one structured line per turn
-        # (`app.agent.turn_log`), plus routes/request_log.py's line in JSON mode.
+        # (`app.agent.turns.log`), plus api/http/request_log.py's line in JSON mode.
         loop="uvloop",
         access_log=False,
         log_config=None,
@@ -97,7 +97,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _mint(args: argparse.Namespace) -> int:
-    from app.ops.tokens import mint
+    from app.ops.mint_token import mint
 
     return mint(args)
 

@@ -110,7 +110,7 @@ class PriceOverrideConfig(BaseModel):
 
 
 BusyStrategy = Literal["reject", "enqueue", "interrupt", "steer"]
-"""What a message to a session whose turn is running does (app/routes/busy.py)."""
+"""What a message to a session whose turn is running does (app/api/http/busy_policy.py)."""
 DisconnectPolicy = Literal["cancel", "continue"]
 ProfileKind = Literal["chat", "voice"]
 """Who talks to a profile: a chat window, or a voice client whose users barge in."""
@@ -471,7 +471,7 @@ class Settings(BaseSettings):
     """Turns running at once across all principals; more get 429 with Retry-After."""
     replay_memory_mb: int = Field(default=64, ge=1)
     """Memory for finished turns kept for replays (`/events`, a retry that reattaches);
-    past it the oldest are forgotten (app/agent/finished_turns.py)."""
+    past it the oldest are forgotten (app/agent/turns/finished.py)."""
     search_index_interval_s: float = Field(default=1.0, ge=0)
     """How often new messages are added to the full-text index, in one batch (0: only
     when a search needs them). A search always sees every message (app/db/search_index.py)."""

@@ -18,9 +18,30 @@ from fastapi.telemetry import TelemetryConfig
 from prometheus_client import start_http_server
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.agent.recovery import repair_interrupted_turns
-from app.agent.turns import TurnManager
-from app.agent.twins import DurableKeys
+from app.agent.approvals import ApprovalGate, ApprovalPolicy
+from app.agent.turns.manager import TurnManager
+from app.agent.turns.recovery import repair_interrupted_turns
+from app.api.admin import approvals as approval_routes
+from app.api.admin import metrics as metrics_routes
+from app.api.admin import openapi, tokens, usage
+from app.api.admin.console import router as console
+from app.api.chat import router as chat
+from app.api.chat.serving import ChatServing
+from app.api.discovery import capabilities, health, models
+from app.api.http.body_limits import shutdown_worker
+from app.api.http.cors import CorsMiddleware
+from app.api.http.direct import DirectApp
+from app.api.http.errors import ApiError, validation_error
+from app.api.http.head import HeadAsGet
+from app.api.http.request_log import RequestLogMiddleware
+from app.api.http.security_headers import SECURITY_HEADERS, SecurityHeaders
+from app.api.responses import router as responses
+from app.api.responses.serving import ResponsesServing
+from app.api.retries import DurableKeys
+from app.api.sessions import router as sessions
+from app.api.sessions import turns as turn_routes
+from app.api.sessions.service import SessionService
+from app.api.state import AppState
 from app.config import Settings
 from app.db.approval_store import ApprovalStore
 from app.db.idempotency_store import IdempotencyStore
@@ -28,47 +49,20 @@ from app.db.instance import holder_alive
 from app.db.key_store import KeyStateStore
 from app.db.stats import count_db_work
 from app.db.store import Store
-from app.metrics import Metrics
-from app.protocol.errors import ApiError, validation_error
-from app.protocol.limits import shutdown_worker
+from app.observe.metrics import Metrics
 from app.providers.base import Provider
 from app.providers.clients import UpstreamClients
 from app.providers.factory import DEFAULT_BASE_URLS, build_keyed_provider
 from app.providers.keyring import KeyStates
 from app.providers.pricing import load_price_table
-from app.responses_serving import ResponsesServing
-from app.routes import approvals as approval_routes
-from app.routes import (
-    capabilities,
-    chat,
-    console,
-    health,
-    models,
-    openapi,
-    responses,
-    sessions,
-    tokens,
-    usage,
-)
-from app.routes import metrics as metrics_routes
-from app.routes import turns as turn_routes
-from app.routes.cors import CorsMiddleware
-from app.routes.direct import DirectApp
-from app.routes.head import HeadAsGet
-from app.routes.request_log import RequestLogMiddleware
-from app.security.approvals import ApprovalGate, ApprovalPolicy
 from app.security.auth import Authenticator
-from app.security.headers import SECURITY_HEADERS, SecurityHeaders
-from app.security.limits import Limits
+from app.security.minted_tokens import TokenIssuer
 from app.security.outbound import OutboundScan
+from app.security.rate_limits import Limits
 from app.security.redact import install as install_redaction
-from app.security.tokens import TokenIssuer
-from app.serving import ChatServing
-from app.session_service import SessionService
-from app.state import AppState
 from app.tools.plugins import load_plugin_tools
 from app.tools.registry import ToolRegistry
-from app.tools.sandbox import sandbox_status
+from app.tools.sandbox.process import sandbox_status
 from app.tools.terminal import terminal_tools
 from app.tools.todo import state_tools
 from app.tools.web import web_tools

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import httpx
 
-from app import ports
+from app.ops import ports
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
-    # Not a bare bind to port 0: see app/ports.py (a port a container mapping holds).
+    # Not a bare bind to port 0: see app/ops/ports.py (a port a container mapping holds).
     return ports.free_port()
 
 

@@ -36,7 +36,7 @@ from _harness import bench_key, free_port, start_server, start_simulator, stop, 
 from app.providers.pricing import price_usage, prices_version
 from app.providers.usage import Usage
 from app.simulator import anthropic_wire
-from app.simulator.tokens import segment_digests
+from app.simulator.token_count import segment_digests
 
 MODEL = "claude-sonnet-4-5"
 PROVIDER = "anthropic"

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.agent.continuity import VisibleMessage, chain, scope_seed
+from app.agent.opening.continuity import VisibleMessage, chain, scope_seed
 from app.db.chat_models import TranscriptKeyRow
 from app.db.chat_store import find_continuations
 from app.db.models import SessionRow

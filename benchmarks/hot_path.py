@@ -320,7 +320,7 @@ def bench_growth(rig: Rig, turns: int, window: int = 10) -> None:
 
     def resent(n: int) -> None:
         # As every real client talks: no session id, the whole visible history each time;
-        # Courier recognises the conversation it continues (app/agent/continuity.py).
+        # Courier recognises the conversation it continues (app/agent/opening/continuity.py).
         history.append({"role": "user", "content": f"Question number {n}: say something."})
         history.append({"role": "assistant", "content": rig.converse(history)[1]})
 

@@ -111,11 +111,11 @@ PrincipalDep = Annotated[str, Depends(principal)]
 
 def fastapi_app(*, middleware: bool = True) -> Any:
     """A FastAPI route behind Courier's own middleware stack and SSE response."""
-    from app.protocol.render import CompletionRenderer
-    from app.routes.cors import CorsMiddleware
-    from app.routes.event_stream import EventSourceResponse, ServerSentEvent
-    from app.routes.head import HeadAsGet
-    from app.security.headers import SecurityHeaders
+    from app.api.chat.render import CompletionRenderer
+    from app.api.http.cors import CorsMiddleware
+    from app.api.http.head import HeadAsGet
+    from app.api.http.security_headers import SecurityHeaders
+    from app.api.http.sse import EventSourceResponse, ServerSentEvent
 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -253,16 +253,16 @@ def stack_app(upstream: str, data: Path) -> Any:
     from fastapi import APIRouter
     from sqlalchemy import create_engine
 
-    from app.protocol.openai import ChatCompletionRequest
-    from app.protocol.render import CompletionRenderer
+    from app.api.chat.render import CompletionRenderer
+    from app.api.chat.wire import ChatCompletionRequest
+    from app.api.http.cors import CorsMiddleware
+    from app.api.http.direct import DirectRoute
+    from app.api.http.head import HeadAsGet
+    from app.api.http.security_headers import SecurityHeaders
+    from app.api.http.sse import EventSourceResponse, ServerSentEvent
     from app.providers.pricing import price_usage
     from app.providers.transport import LeanTransport
     from app.providers.usage import Usage
-    from app.routes.cors import CorsMiddleware
-    from app.routes.direct import DirectRoute
-    from app.routes.event_stream import EventSourceResponse, ServerSentEvent
-    from app.routes.head import HeadAsGet
-    from app.security.headers import SecurityHeaders
 
     db = data / "floor.db"
     engine = create_engine(f"sqlite:///{db}", connect_args={"check_same_thread": False})

@@ -222,7 +222,7 @@ class Bench:
         return gone - closed, ended_at - closed
 
     def sandbox_cancel(self) -> float:
-        from app.tools.sandbox import run_sandboxed
+        from app.tools.sandbox.process import run_sandboxed
 
         seconds, marker = self.marker()
 

@@ -40,11 +40,11 @@ from typing import Any
 import httpx
 from _harness import bench_key, free_port, start_server, start_simulator, stop, wait_http
 
-from app.agent.compressor import SUMMARISER_SYSTEM, rough_tokens, threshold_tokens
+from app.agent.context.compressor import SUMMARISER_SYSTEM, rough_tokens, threshold_tokens
 from app.config import Profile
 from app.providers.pricing import prices_version
 from app.simulator import anthropic_wire
-from app.simulator.tokens import count_tokens
+from app.simulator.token_count import count_tokens
 
 MODEL = "claude-sonnet-4-5"
 PROVIDER = "anthropic"
@@ -321,7 +321,7 @@ def _run(label: str, calibrated: bool, sim_url: str, workspace: Path, turns: lis
     result.log_lines = [
         line.rstrip()
         for line in log.read_text(errors="replace").splitlines()
-        if "app.agent.compressor" in line or "overflow" in line.lower()
+        if "app.agent.context.compressor" in line or "overflow" in line.lower()
     ]
     result.elapsed = time.monotonic() - started
     return result

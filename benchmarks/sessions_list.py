@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.api.sessions.cost import UncachedCosts, cost_report, profile_pricer
 from app.config import Profile
 from app.db import session_query as q
 from app.db.store import ApiCallRecord, NewMessage, Store
-from app.session_cost import UncachedCosts, cost_report, profile_pricer
 
 SESSIONS, CALLS, ROUNDS = 50, 100, 5
 

@@ -32,9 +32,9 @@ import pytest
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute, iter_route_contexts
 
+from app.api.http import owned
 from app.config import load_settings
 from app.main import create_app
-from app.routes import owned
 from tests.support.approvals import BackgroundTurn, call, pending
 from tests.support.server import Server, sim_env
 from tests.support.sim import Simulator
@@ -251,7 +251,7 @@ RESOLVERS = {
     owned.reachable_approval,
     owned.reachable_grant,
 }
-"""The dependencies that resolve an id for the principal (app/routes/owned.py)."""
+"""The dependencies that resolve an id for the principal (app/api/http/owned.py)."""
 
 
 def _registered() -> dict[tuple[str, str], Any]:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from app.agent.cache_planner import (
+from app.agent.context.cache_planner import (
     StablePrefixRegistry,
     apply_strategy,
     effective_ttl,
     plan_cache,
     transaction_endpoints,
 )
-from app.agent.prompt import build_prompt, recover_stable_boundary, stable_tier
+from app.agent.opening.prompt import build_prompt, recover_stable_boundary, stable_tier
 from app.config import Profile
 from app.providers.anthropic import build_messages_body
 from app.providers.base import (

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.tools.sandbox import bwrap_available
+from app.tools.sandbox.process import bwrap_available
 from tests.support.server import Server, sim_env
 from tests.support.sim import Simulator
 

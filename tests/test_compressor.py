@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.agent.cache_planner import StablePrefixRegistry
-from app.agent.compressor import (
+from app.agent.context.cache_planner import StablePrefixRegistry
+from app.agent.context.compressor import (
     BLOCK_WINDOW_S,
     MIN_RECLAIM,
     SUMMARY_SCAFFOLD,
@@ -377,7 +377,7 @@ def test_an_effective_verdict_resets_strikes(store: Store) -> None:
 
 
 async def test_a_summary_skipped_for_spend_is_streak_neutral(store: Store) -> None:
-    from app.agent.compressor import SummarySkipped
+    from app.agent.context.compressor import SummarySkipped
 
     for n in range(30):
         _exchange(store, n, result_chars=2_000)

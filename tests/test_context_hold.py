@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from app.agent.context_files import ContextWatch, prompt_context
+from app.agent.approvals import ApprovalGate, ApprovalPolicy
+from app.agent.opening.context_files import ContextWatch, prompt_context
 from app.db.approval_models import INSTRUCTION_CHANGE_RULE
 from app.db.approval_store import ApprovalStore
 from app.db.store import Store
-from app.security.approvals import ApprovalGate, ApprovalPolicy
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event
 
-from app.agent.continuity import VisibleMessage, _canonical, chain
+from app.agent.opening.continuity import VisibleMessage, _canonical, chain
 from app.db.chat_store import (
     NEWEST_FIRST,
     Continuation,
@@ -76,7 +76,7 @@ def _lookups(store: Store) -> list[str]:
 
 
 def _choice(found: list[Continuation]) -> Continuation | None:
-    """The caller's rule (app/agent/lifecycle.py): the longest match the request simply
+    """The caller's rule (app/agent/opening/lifecycle.py): the longest match the request simply
     extends, else the longest."""
     exact = next((c for c in found if c.stored_len == c.position), None)
     return exact or (found[0] if found else None)

@@ -1,14 +1,14 @@
-"""A chat request translated into the agent's terms (app/protocol/conversation.py): each
+"""A chat request translated into the agent's terms (app/api/chat/translate.py): each
 message's log row and what the continuity chain sees, every role."""
 
 from __future__ import annotations
 
-from app.agent.continuity import VisibleMessage
+from app.agent.opening.continuity import VisibleMessage
+from app.api.chat.translate import turn_request
+from app.api.chat.wire import ChatCompletionRequest
+from app.api.http.end_users import OnBehalf
 from app.config import Profile
 from app.db.store import NewMessage
-from app.protocol.conversation import turn_request
-from app.protocol.end_users import OnBehalf
-from app.protocol.openai import ChatCompletionRequest
 
 PIXEL = "data:image/png;base64,iVBORw0KGgo="
 

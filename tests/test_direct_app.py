@@ -1,4 +1,4 @@
-"""DirectApp (app/routes/direct.py) answers a direct route exactly as FastAPI's own way does:
+"""DirectApp (app/api/http/direct.py) answers a direct route exactly as FastAPI's own way does:
 the same statuses, headers and bodies for an answer, a handled error and an unhandled one,
 through the same middleware. Checked against the same app with the short way left unused."""
 
@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.routes.direct import DirectApp, DirectRoute
+from app.api.http.direct import DirectApp, DirectRoute
 
 
 class Refused(Exception):

@@ -9,7 +9,7 @@ import sys
 import uvicorn
 from fastapi import FastAPI
 
-from app.drain import GC_THRESHOLDS, SWITCH_INTERVAL_S, DrainingServer
+from app.ops.drain import GC_THRESHOLDS, SWITCH_INTERVAL_S, DrainingServer
 
 
 async def test_startup_freezes_startup_objects_tunes_the_collector_and_the_switch() -> None:

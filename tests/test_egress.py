@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from app import ports
-from app.tools import sandbox
+from app.ops import ports
 from app.tools.registry import ToolContext
+from app.tools.sandbox import process as sandbox
 from app.tools.terminal import TERMINAL
 
 NS_ADDR, HOST_ADDR, PORT = "10.213.7.2", "10.213.7.1", 8080

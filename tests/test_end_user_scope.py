@@ -1,4 +1,4 @@
-"""End users without a server: where the id comes from (app/protocol/end_users.py), the
+"""End users without a server: where the id comes from (app/api/http/end_users.py), the
 store's scoping by it, and a database from before end users upgrading at start."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from app.api.http.end_users import OnBehalf, listing_scope, on_behalf
+from app.api.http.errors import ApiError
 from app.config import load_settings
 from app.db.store import NewMessage, Store
 from app.db.tool_store import memory_notes, search_sessions, update_memory
-from app.protocol.end_users import OnBehalf, listing_scope, on_behalf
-from app.protocol.errors import ApiError
 from tests.support.ledger import api_call
 
 KEY = "end-user-scope-key-0123456789"

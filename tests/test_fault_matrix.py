@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.agent.compressor import OVERFLOW_RETRIES
+from app.agent.context.compressor import OVERFLOW_RETRIES
 from tests.support.server import Server, sim_env
 from tests.support.sim import Simulator
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.tools import beneath, files, workspace
+from app.tools import files, workspace
+from app.tools import safe_open as beneath
 from app.tools.files import file_tools
 from app.tools.registry import PathClaim, Tool, ToolContext, ToolError, ToolRegistry
 from app.tools.workspace import workspace_tools

@@ -25,7 +25,7 @@ from app.agent.events import (
     TurnReasoning,
     TurnText,
 )
-from app.agent.turns import (
+from app.agent.turns.manager import (
     MAX_REMEMBERED,
     RETRY_WINDOW_S,
     RUNNING_PASSED,
@@ -34,7 +34,7 @@ from app.agent.turns import (
     TurnManager,
 )
 from app.db.store import Store
-from app.metrics import Metrics
+from app.observe.metrics import Metrics
 from app.providers.base import ToolCall
 from app.providers.pricing import Cost
 from app.providers.usage import Usage

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 from prometheus_client import CollectorRegistry, generate_latest
 
-from app import gc_pauses
+from app.observe import gc_pauses
 from tests.support.server import Server, sim_env
 from tests.support.sim import Simulator
 

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from app.agent.approvals import ApprovalPolicy, TurnGuard
 from app.config import Profile
-from app.security.approvals import ApprovalPolicy, TurnGuard
 from app.security.command_guard import check_command
 from app.security.protected import SANDBOX_WORKSPACE, PathPolicy
 from app.security.shell.effects import assess
 from app.security.shell.syntax import parse
 from app.security.shell.words import Binding, Env, Value, expand
 from app.tools.files import WRITE_FILE
-from app.tools.sandbox import SANDBOX_WORKSPACE as MOUNTED_AT
+from app.tools.sandbox.process import SANDBOX_WORKSPACE as MOUNTED_AT
 from app.tools.terminal import MAX_COMMAND_CHARS, TERMINAL
 
 B64 = "cm0gLXJmIHNyYw=="  # "rm -rf src"

@@ -9,10 +9,10 @@ import sys
 import pytest
 from sse_starlette import ServerSentEvent as ReferenceEvent
 
-from app.agent.turns import TurnHandle
-from app.protocol.render import ChunkChoice, CompletionRenderer, Delta
+from app.agent.turns.manager import TurnHandle
+from app.api.chat.render import ChunkChoice, CompletionRenderer, Delta
+from app.api.http.sse import ServerSentEvent
 from app.providers.openai_chat import OpenAIChatProvider
-from app.routes.event_stream import ServerSentEvent
 from app.tools.registry import Tool, ToolRegistry
 
 TRICKY = ["hi", "", 'quote " backslash \\ newline \n tab \t', "\u2028\u2029 é 😀 \x01 \x00", "}]"]
@@ -70,7 +70,7 @@ def test_kept_frame_templates_match_the_rendered_models(model: str, include_usag
 
 
 def test_templates_kept_are_bounded_and_long_model_names_are_not_kept() -> None:
-    from app.protocol import render
+    from app.api.chat import render
 
     render._FRAMES.clear()
     CompletionRenderer("m" * (render.TEMPLATED_MODEL_CHARS + 1)).role_chunk()
@@ -169,9 +169,9 @@ async def test_keepalives_come_only_while_nothing_is_sent() -> None:
     import asyncio
 
     from app.agent.events import TurnFinished, TurnText
+    from app.api.chat.output import sse_frames
     from app.providers.pricing import Cost
     from app.providers.usage import Usage
-    from app.routes.completion_output import sse_frames
 
     handle = TurnHandle("turn_k", "sess_k")
     frames = sse_frames(handle, CompletionRenderer("m"), 0.3)

@@ -1,4 +1,4 @@
-"""The request body's parse (app/protocol/limits.py): orjson on the fast path, and exactly
+"""The request body's parse (app/api/http/body_limits.py): orjson on the fast path, and exactly
 what the stdlib parse answered before, refusals and their words included."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from app.protocol import limits
-from app.protocol.errors import ApiError
+from app.api.http import body_limits as limits
+from app.api.http.errors import ApiError
 
 
 def _exact(body: bytes) -> Any:

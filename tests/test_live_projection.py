@@ -17,10 +17,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.agent.cache_planner import PlanMemo, StablePrefixRegistry, apply_strategy
-from app.agent.compressor import SUMMARY_SCAFFOLD, Compressor
-from app.agent.live_projection import LiveProjections, ProjectionDrift, projections_for
-from app.agent.projection import project, unanswered_calls
+from app.agent.context.cache_planner import PlanMemo, StablePrefixRegistry, apply_strategy
+from app.agent.context.compressor import SUMMARY_SCAFFOLD, Compressor
+from app.agent.context.live_projection import LiveProjections, ProjectionDrift, projections_for
+from app.agent.context.projection import project, unanswered_calls
 from app.db.chat_store import StoredImage, put_images, retract_after, session_images
 from app.db.store import NewMessage, Store, StoredMessage
 from app.providers import openai_chat
@@ -194,7 +194,7 @@ def test_a_forgotten_kept_log_rebuilds(store: Store) -> None:
 
 
 def test_images_are_read_once_and_projected(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    import app.agent.live_projection as live
+    import app.agent.context.live_projection as live
 
     reads: list[str] = []
     real = live.session_images

@@ -13,18 +13,18 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from app.agent.turns import TurnManager
-from app.agent.twins import Retry
+from app.agent.turns.manager import TurnManager
+from app.api.chat.serving import ChatServing
+from app.api.chat.wire import ChatCompletionRequest
+from app.api.http.end_users import OnBehalf
+from app.api.retries import Retry
 from app.config import Settings
 from app.db.key_store import KeyStateStore
 from app.db.store import Store
 from app.main import build_providers
-from app.metrics import Metrics
-from app.protocol.end_users import OnBehalf
-from app.protocol.openai import ChatCompletionRequest
+from app.observe.metrics import Metrics
 from app.providers.clients import UpstreamClients
 from app.security.auth import Principal
-from app.serving import ChatServing
 from app.tools.registry import ToolRegistry
 
 

@@ -16,8 +16,8 @@ import pytest
 
 from app.ops import doctor
 from app.security.auth import fingerprint
-from app.tools import sandbox
-from app.tools.sandbox import SandboxProfile, SandboxStatus
+from app.tools.sandbox import process as sandbox
+from app.tools.sandbox.process import SandboxProfile, SandboxStatus
 from tests.support.server import API_KEY, Server, sim_env
 from tests.support.sim import Simulator
 

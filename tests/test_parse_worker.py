@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from app.protocol.limits import OFF_LOOP_BYTES
+from app.api.http.body_limits import OFF_LOOP_BYTES
 from tests.support.server import Server, sim_env
 from tests.support.sim import Simulator
 

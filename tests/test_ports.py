@@ -1,4 +1,4 @@
-"""app/ports.py: a port handed out as free is one whose connections reach its listener.
+"""app/ops/ports.py: a port handed out as free is one whose connections reach its listener.
 
 Each case runs in a network namespace of its own (`unshare -rn`), where a DNAT rule stands in
 for a container runtime's published port (podman's CNI writes exactly such rules) and the
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from app import ports
+from app.ops import ports
 
 RANGE = (40000, 40003)
 TAKEN = "40000:40002"  # three of the four: only 40003 is really free

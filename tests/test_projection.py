@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.agent.accumulate import ReplyBuilder
-from app.agent.projection import INTERRUPTED_RESULT, project
+from app.agent.context.projection import INTERRUPTED_RESULT, project
 from app.db.store import StoredMessage
 from app.providers.base import (
     AssistantMessage,

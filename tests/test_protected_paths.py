@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from app.agent.approvals import ApprovalPolicy, turn_guard
 from app.config import Profile
 from app.providers.base import ToolCall
-from app.security.approvals import ApprovalPolicy, turn_guard
 from app.security.protected import PathPolicy
 from app.tools.files import WRITE_FILE
 from app.tools.terminal import TERMINAL

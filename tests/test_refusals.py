@@ -1,4 +1,4 @@
-"""Every refusal and turn error the agent names has one HTTP status, chosen in protocol/."""
+"""Every refusal and turn error the agent names has one HTTP status (app/api/http/statuses.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from app.agent.refusals import (
     UnknownToolCall,
     UnknownToolChoice,
 )
-from app.protocol.refusals import api_error, turn_error_status
+from app.api.http.statuses import api_error, turn_error_status
 
 SPEND = TurnError(message="cap reached", type="insufficient_quota", code="spend_limit_reached")
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.tools import sandbox
-from app.tools.sandbox import (
+from app.tools.sandbox import process as sandbox
+from app.tools.sandbox.process import (
     CONTAINER_FALLBACKS,
     FULL_PROFILE,
     SandboxProfile,

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from app.simulator.tokens import canonical_json, count_tokens
+from app.simulator.token_count import canonical_json, count_tokens
 from tests.support.sim import Simulator, SimulatorError
 
 TOOLS_OPENAI: list[Any] = [

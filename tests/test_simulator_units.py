@@ -14,7 +14,7 @@ from app.simulator.output import argument_pieces, build_output, text_pieces
 from app.simulator.policy import demo_reply
 from app.simulator.request import Breakpoint, SimError
 from app.simulator.script import Reply, ScriptError, ToolCallSpec, parse_script
-from app.simulator.tokens import Segment, count_tokens, segment_digests, token_digests
+from app.simulator.token_count import Segment, count_tokens, segment_digests, token_digests
 
 
 def test_count_tokens_rule() -> None:

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from app import ports
-from app.tools import sandbox, terminal
+from app.ops import ports
+from app.tools import terminal
 from app.tools.registry import ToolContext, ToolError
-from app.tools.sandbox import run_sandboxed
+from app.tools.sandbox import process as sandbox
+from app.tools.sandbox.process import run_sandboxed
 from app.tools.terminal import TERMINAL, terminal_tools
 
 SECRET = "s3cr3t-value-that-must-not-leak"

@@ -9,7 +9,7 @@ import httpx
 import httpx2
 
 from app.agent.loop import upstream_turn_error
-from app.protocol.refusals import turn_error_status
+from app.api.http.statuses import turn_error_status
 from app.providers.anthropic import map_sdk_error
 from app.providers.base import ProviderError
 from app.providers.openai_chat import _transport_kind

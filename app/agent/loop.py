@@ -8,9 +8,13 @@ import logging
 import time
 
 from app.agent.accumulate import Reply, ReplyBuilder
-from app.agent.cache_planner import effective_ttl
-from app.agent.compressor import OVERFLOW_RETRIES, Summariser, SummarySkipped
-from app.agent.context_window import Preflight, observe, preflight
+from app.agent.context.cache_planner import effective_ttl
+from app.agent.context.compressor import OVERFLOW_RETRIES, Summariser, SummarySkipped
+from app.agent.context.live_projection import projections_for
+from app.agent.context.row_passes import project_ahead
+from app.agent.context.window import Preflight, observe, preflight
+from app.agent.cost.ledger import CallSite, Timing
+from app.agent.cost.ledger import record_call as record_call_at
 from app.agent.events import (
     ClientToolCalls,
     TurnError,
@@ -19,16 +23,12 @@ from app.agent.events import (
     TurnText,
 )
 from app.agent.fallback import fall_back
-from app.agent.first_call import project_ahead
-from app.agent.ledger import CallSite, Timing
-from app.agent.ledger import record_call as record_call_at
-from app.agent.live_projection import projections_for
-from app.agent.repair import close_unanswered_calls
-from app.agent.second_look import close_cut_calls, cut_calls, empty_reply_error, second_look
-from app.agent.steer import deliver_steers
+from app.agent.opening.close_open_calls import close_unanswered_calls
+from app.agent.reply_checks import close_cut_calls, cut_calls, empty_reply_error, second_look
 from app.agent.structured import REPAIR_NOTE, output_problem
 from app.agent.tool_step import limit_parallel, repair_calls, split_calls
 from app.agent.turn_context import TurnContext, TurnState
+from app.agent.turns.steer import deliver_steers
 from app.db.store import LeaseLost, NewMessage, PersistenceError
 from app.providers.base import (
     AssistantMessage,

@@ -1,7 +1,7 @@
 """Why the agent will not start a turn, named in the agent's own terms.
 
 Each refusal is raised before anything is written and carries what a client needs to fix
-the request (the offending field, the session); `app/protocol/refusals.py` maps it to an
+the request (the offending field, the session); `app/api/http/statuses.py` maps it to an
 HTTP status and the OpenAI error shape. The agent never picks a status itself, so a second
 front door (the Responses API, a CLI) reuses the same refusals with its own wording.
 """

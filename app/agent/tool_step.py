@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-from app.agent.context_files import ContextWatch
 from app.agent.events import ToolFinished, ToolStarted, TurnEvent
+from app.agent.opening.context_files import ContextWatch
 from app.db.store import NewMessage, Store
 from app.providers.base import ToolCall
+from app.tools.call_repair import repair_json_arguments, resolve_tool_name
 from app.tools.dispatch import Guard, dispatch
 from app.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
-from app.tools.repair import repair_json_arguments, resolve_tool_name
 from app.tools.spill import SpillInput, budgets, spill
 
 T = TypeVar("T")
@@ -85,10 +85,10 @@ class BatchRunner:
     context_window: int
     emit: Callable[[TurnEvent], None]
     guard: Guard | None = None
-    """Approvals and the command guard (app/security/approvals.py), before each call."""
+    """Approvals and the command guard (app/agent/approvals.py), before each call."""
     watch: ContextWatch | None = None
     """The workspace's context files, read around each batch: a change a tool made is held
-    for a person's approval (app/agent/context_files.py)."""
+    for a person's approval (app/agent/opening/context_files.py)."""
     spill_used: int = 0
     """Characters of tool output already put in front of the model this turn."""
     _started: dict[int, float] = field(default_factory=dict)

@@ -1,6 +1,6 @@
 """What one turn runs with (`TurnContext`, frozen) and what it accumulates (`TurnState`).
 
-Built whole by the session's lifecycle (`app/agent/lifecycle.py`) before the turn starts;
+Built whole by the session's lifecycle (`app/agent/opening/lifecycle.py`) before the turn starts;
 the loop and its side concerns (fallback, steering, the context window) read it and,
 where they must change it (a fallback's route), replace it instead of patching it.
 """
@@ -13,19 +13,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.agent.accumulate import ReplyBuilder
-from app.agent.budget import SpendGuard
-from app.agent.cache_planner import StablePrefixRegistry
-from app.agent.compressor import Compressor
-from app.agent.context_files import ContextWatch
+from app.agent.approvals import ApprovalGate, turn_guard
+from app.agent.context.cache_planner import StablePrefixRegistry
+from app.agent.context.compressor import Compressor
+from app.agent.cost.budget import SpendGuard
 from app.agent.events import ExitReason, TurnError, TurnEvent, TurnFinished
+from app.agent.opening.context_files import ContextWatch
 from app.agent.tool_step import BatchRunner
 from app.config import Profile
 from app.db.store import Store
-from app.metrics import Metrics
+from app.observe.metrics import Metrics
 from app.providers.base import OutputFormat, Provider, SamplingParams, ToolChoice, ToolSpec
 from app.providers.pricing import Cost, PriceOverride
 from app.providers.usage import Usage
-from app.security.approvals import ApprovalGate, turn_guard
 from app.tools.registry import ToolContext, ToolRegistry
 
 
@@ -87,7 +87,7 @@ class TurnContext:
     fallbacks: tuple[Route, ...] = ()
     """The profile's fallback chain still unused this turn, next first."""
     mailbox: Mailbox = field(default_factory=Mailbox)
-    """Steering messages sent while the turn runs (see app/agent/steer.py)."""
+    """Steering messages sent while the turn runs (see app/agent/turns/steer.py)."""
     gate: ApprovalGate | None = None
     """Where calls that need a human wait; None refuses them (missing state means deny)."""
     end_user: str = ""

@@ -1,7 +1,7 @@
 """What the agent is asked to do, in its own terms: no wire models, no HTTP.
 
-The protocol layer translates a client's request into a `TurnRequest` once
-(`app/protocol/conversation.py`); from there session placement, the relay and the turn read
+The HTTP face translates a client's request into a `TurnRequest` once
+(`app/api/chat/translate.py`); from there session placement, the relay and the turn read
 only these frozen values, so a second front door (the Responses API) and the chat path
 cannot disagree about what a message means.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
 
-from app.agent.continuity import VisibleMessage
+from app.agent.opening.continuity import VisibleMessage
 from app.agent.refusals import PrefillUnsupported, UnknownToolChoice
 from app.config import Profile
 from app.db.chat_store import StoredImage
@@ -64,7 +64,7 @@ class TurnRequest:
     output_format: OutputFormat | None = None
     parallel_tool_calls: bool | None = None
     end_user: str | None = None
-    """The app's end user (app/protocol/end_users.py): a new session is made for it, and
+    """The app's end user (app/api/http/end_users.py): a new session is made for it, and
     continuity, memory, search and spend are scoped by it under the key."""
     bound_session: str | None = None
     """The session the caller's token is bound to (None for a key or an unbound token):

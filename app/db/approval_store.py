@@ -1,4 +1,4 @@
-"""SQL for approvals and grants; the policy lives in `app/security/approvals.py`.
+"""SQL for approvals and grants; the policy lives in `app/agent/approvals.py`.
 
 Every state change of an approval is a conditional UPDATE on `status = 'pending'`, so a
 human's decision and the waiting turn's timeout cannot both win: exactly one of them

@@ -2,7 +2,7 @@
 branch, and images stored once per session.
 
 Kept beside `store.py` because nothing outside `app/db/` writes SQL; the policy (what is
-visible, how it is hashed, when to continue) lives in `app/agent/continuity.py`.
+visible, how it is hashed, when to continue) lives in `app/agent/opening/continuity.py`.
 """
 
 from __future__ import annotations

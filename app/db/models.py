@@ -21,7 +21,7 @@ class SessionRow(SQLModel, table=True):
     owner: str
     """Fingerprint of the API key that created the session; only it (or an admin) reads it."""
     end_user: str = Field(default="", sa_column_kwargs={"server_default": ""})
-    """The app's end user the session was made for ("" for none; app/protocol/end_users.py).
+    """The app's end user the session was made for ("" for none; app/api/http/end_users.py).
     Fixed at creation: memory, search and spend of every turn in it are that end user's."""
     profile: str
     system_prompt: str
@@ -34,7 +34,7 @@ class SessionRow(SQLModel, table=True):
     """The client-declared tool schemas of the last request, serialised like the snapshot;
     a changed set is a named cache break."""
     transcript_head: str | None = None
-    """Rolling hash of the client-visible transcript so far (see app/agent/continuity.py)."""
+    """Rolling hash of the client-visible transcript so far (app/agent/opening/continuity.py)."""
     transcript_len: int = 0
     """How many client-visible messages the transcript index holds for this session."""
     client_instructions: str = "[]"
@@ -111,7 +111,7 @@ class TurnRow(SQLModel, table=True):
 
 class ApiCallRow(SQLModel, table=True):
     __tablename__ = "api_call"
-    # Spend per key, and per end user of a key (app/agent/spend_caps.py).
+    # Spend per key, and per end user of a key (app/agent/cost/spend_caps.py).
     __table_args__ = (Index("ix_api_call_owner_end_user", "owner", "end_user"),)
 
     id: int | None = Field(default=None, primary_key=True)

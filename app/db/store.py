@@ -67,7 +67,7 @@ from app.db.turn_sql import (
     session_update,
 )
 from app.db.writer import WriterThread
-from app.long_passes import note as note_pass
+from app.observe.loop_passes import note as note_pass
 
 log = logging.getLogger(__name__)
 
@@ -1018,7 +1018,7 @@ class Store:
             return session_id in self._live
 
     def load_live(self, *, session_id: str) -> None:
-        """Read the live log into memory, for a worker thread (app/agent/first_call.py).
+        """Read the live log into memory, for a worker thread (app/agent/context/row_passes.py).
 
         `active_messages` without its flush: the deferred queue is the loop's, so the
         caller flushes there first. Only the lease holder appends to a session, and it is

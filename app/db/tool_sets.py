@@ -1,6 +1,6 @@
 """Tool snapshots stored once per distinct set of schemas, named by their digest.
 
-A session's tool snapshot (app/agent/tool_snapshot.py) is the same bytes for every
+A session's tool snapshot (app/agent/opening/tool_snapshot.py) is the same bytes for every
 session of a profile: about 6 KB for the built-in toolbox. Kept in each session row it
 made the row overflow its page, so each of a turn's updates of the row (roll-up, counters,
 lease) rewrote two overflow pages and the free list, three of a commit's sixteen pages;

@@ -1,1 +1,2 @@
-"""Operator commands behind `courier`: doctor, sessions, usage, keys."""
+"""Operations: the `courier` commands (doctor, records, minted tokens), the graceful drain,
+ports that really are free, and `make demo`."""

@@ -18,7 +18,7 @@ from typing import Literal
 
 import httpx
 
-from app.agent.spend_caps import price_override
+from app.agent.cost.spend_caps import price_override
 from app.config import (
     ConfigError,
     Profile,
@@ -30,7 +30,7 @@ from app.config import (
 )
 from app.providers.pricing import price_usage
 from app.providers.usage import Usage
-from app.tools.sandbox import in_container, sandbox_status
+from app.tools.sandbox.process import in_container, sandbox_status
 
 Level = Literal["ok", "warn", "fail"]
 MIN_FREE_BYTES = 200 * 1024 * 1024

@@ -19,8 +19,8 @@ import anthropic
 import httpx2  # the transport the anthropic SDK is built on; its read errors escape the SDK
 import orjson
 
-from app.long_passes import note as note_pass
-from app.long_passes import off_loop
+from app.observe.loop_passes import note as note_pass
+from app.observe.loop_passes import off_loop
 from app.providers.base import (
     CONNECT_TIMEOUT_S,
     AssistantMessage,
@@ -41,8 +41,8 @@ from app.providers.base import (
     cache_control,
     coalesced,
 )
+from app.providers.encoded_history import MessageFragments
 from app.providers.errors import PhraseTable, classify_http_error, classify_stream_error, redact
-from app.providers.fragments import MessageFragments
 from app.providers.messages_sse import Event, MessagesEventDecoder
 from app.providers.openai_chat import encode_body
 from app.providers.usage import usage_from_anthropic

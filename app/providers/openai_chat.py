@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import orjson
 
-from app.long_passes import is_long
-from app.long_passes import note as note_pass
+from app.observe.loop_passes import is_long
+from app.observe.loop_passes import note as note_pass
 from app.providers.base import (
     CONNECT_TIMEOUT_S,
     SAMPLING_FIELDS,
@@ -46,8 +46,8 @@ from app.providers.base import (
     cache_control,
     coalesced,
 )
+from app.providers.encoded_history import MessageFragments
 from app.providers.errors import PhraseTable, classify_http_error, classify_stream_error, redact
-from app.providers.fragments import MessageFragments
 from app.providers.transport import body_chunks, send_streaming
 from app.providers.usage import usage_from_openai
 from app.security.outbound import NO_SCAN, OutboundScan
@@ -252,7 +252,7 @@ def encode_body(body: dict[str, Any]) -> bytes:
 
 
 class _Fragments:
-    """The OpenAI wire's kept message encodings (app/providers/fragments.py), keyed by
+    """The OpenAI wire's kept message encodings (app/providers/encoded_history.py), keyed by
     which earlier call to compare with: the session (`prompt_cache_key`), else the first
     message (a compaction summary whose cached prefix the planner splits is a new object
     on every call, so it cannot be the key of a session), and the marker settings the

@@ -51,7 +51,7 @@ def load_price_table() -> None:
     """Parse the bundled price table now, at startup, not at the first priced call.
 
     Parsing it builds about 16,000 objects in about 16 ms: on a request's path that
-    stalls every open stream, and objects made after the startup freeze (app/drain.py)
+    stalls every open stream, and objects made after the startup freeze (app/ops/drain.py)
     are walked again by every full collection.
     """
     genai_prices.data_snapshot.get_snapshot()

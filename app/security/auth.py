@@ -19,7 +19,7 @@ from pydantic import SecretStr
 
 if TYPE_CHECKING:
     from app.config import KeyConfig
-    from app.security.tokens import TokenIssuer
+    from app.security.minted_tokens import TokenIssuer
 
 Scope = str
 CHAT: Scope = "chat"

@@ -17,7 +17,7 @@ from app.simulator.request import (
     Wire,
 )
 from app.simulator.script import Finish
-from app.simulator.tokens import (
+from app.simulator.token_count import (
     Segment,
     canonical_json,
     count_tokens,

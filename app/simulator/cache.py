@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.simulator.request import Breakpoint
-from app.simulator.tokens import Segment, segment_digests, token_digests
+from app.simulator.token_count import Segment, segment_digests, token_digests
 
 OPENAI_CACHE_STEP = 128
 _PURGE_AT = 200_000

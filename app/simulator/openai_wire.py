@@ -11,7 +11,7 @@ from app.simulator.config import SimulatorConfig
 from app.simulator.output import Output, OutToolCall, argument_pieces, text_pieces
 from app.simulator.request import ErrorKind, HistoryFacts, SimError, SimRequest, Wire
 from app.simulator.script import Finish
-from app.simulator.tokens import (
+from app.simulator.token_count import (
     Segment,
     count_tokens,
     json_segment,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.simulator.script import Finish, Reply, ToolCallSpec
-from app.simulator.tokens import BYTES_PER_TOKEN, count_tokens
+from app.simulator.token_count import BYTES_PER_TOKEN, count_tokens
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.simulator.tokens import Segment, total_tokens
+from app.simulator.token_count import Segment, total_tokens
 
 Wire = Literal["openai", "anthropic"]
 LastRole = Literal["user", "assistant", "tool", "system", "none"]

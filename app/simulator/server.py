@@ -39,7 +39,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import Headers
 
-from app import ports
+from app.ops import ports
 from app.simulator.anthropic_wire import AnthropicWire
 from app.simulator.anthropic_wire import parse as parse_anthropic
 from app.simulator.cache import PromptCache, SimClock
@@ -477,7 +477,7 @@ class _DropNoise(logging.Filter):
 
 def _listen(host: str, port: int) -> socket.socket:
     # Listening before announcing the port means a client may connect immediately; port 0
-    # is one a connection really reaches (app/ports.py).
+    # is one a connection really reaches (app/ops/ports.py).
     return ports.listen(host, port, backlog=2048)  # benchmarks open a thousand streams at once
 
 

@@ -1,6 +1,6 @@
 """File tools that change or search the workspace: write_file, patch, search_files.
 
-Every path is opened through `app/tools/beneath.py`: component by component from a
+Every path is opened through `app/tools/safe_open.py`: component by component from a
 descriptor on the workspace, never following a link the kernel would resolve for us, so
 `..`, absolute paths elsewhere, symlinks that leave and symlinks swapped in mid-call are
 all refused the same way. Writes are atomic (temp file in the same directory, renamed
@@ -17,10 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.tools.beneath import DIR_FLAGS, open_beneath, walk, write_atomic
 from app.tools.linear_regex import LinearRegex, RegexError, compile_linear
-from app.tools.quota import check_write
 from app.tools.registry import Tool, ToolContext, ToolError
+from app.tools.safe_open import DIR_FLAGS, open_beneath, walk, write_atomic
 from app.tools.workspace import (
     BINARY_SNIFF_BYTES,
     LIST_FILES,
@@ -33,6 +32,7 @@ from app.tools.workspace import (
     threaded_handler,
     workspace_fd,
 )
+from app.tools.workspace_quota import check_write
 
 NEW_FILE_MODE = 0o644
 """mkstemp creates 0600; a file the agent writes should look like one a user wrote."""

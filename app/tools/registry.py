@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from app.db.store import STORE_FAILURES, Store
 from app.providers.base import ToolCall, ToolSpec
-from app.tools.repair import coerce_arguments, resolve_tool_name
+from app.tools.call_repair import coerce_arguments, resolve_tool_name
 from app.tools.tool_quota import ToolQuota
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class ToolContext:
     """The API principal's fingerprint: memory and session search are scoped to it."""
     end_user: str = ""
     """The session's end user under that key ("" for none): memory and session search see
-    only this end user's records, never another's (app/protocol/end_users.py)."""
+    only this end user's records, never another's (app/api/http/end_users.py)."""
     bound_session: str | None = None
     """Set when a token bound to this session runs the turn: session search then sees this
     session only, as the token's routes do. Memory stays the end user's: notes are the
@@ -49,7 +49,7 @@ class ToolContext:
     fetch_allow_hosts: tuple[str, ...] = ()
     """Hosts or CIDRs web_fetch may reach even though they are private or loopback."""
     quota: ToolQuota = field(default_factory=ToolQuota)
-    """Workspace bytes, disk reserve and per-call limits (app/tools/quota.py)."""
+    """Workspace bytes, disk reserve and per-call limits (app/tools/workspace_quota.py)."""
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]

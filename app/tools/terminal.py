@@ -12,10 +12,9 @@ import math
 import os
 from typing import Any
 
-from app.tools.beneath import open_root
-from app.tools.quota import free_bytes, over_quota_note, usage_bytes
 from app.tools.registry import PathClaim, Tool, ToolContext, ToolError
-from app.tools.sandbox import (
+from app.tools.safe_open import open_root
+from app.tools.sandbox.process import (
     CommandResult,
     ResourceLimits,
     SandboxError,
@@ -24,6 +23,7 @@ from app.tools.sandbox import (
     run_sandboxed,
 )
 from app.tools.workspace import int_arg
+from app.tools.workspace_quota import free_bytes, over_quota_note, usage_bytes
 
 MAX_COMMAND_CHARS = 100_000
 QUOTA_POLL_S = 0.5

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from app.tools.beneath import open_beneath, open_root
 from app.tools.registry import (
     Access,
     PathClaim,
@@ -25,6 +24,7 @@ from app.tools.registry import (
     ToolError,
     ToolHandler,
 )
+from app.tools.safe_open import open_beneath, open_root
 
 MAX_LIST_ENTRIES = 500
 MAX_READ_CHARS = 100_000
@@ -135,7 +135,7 @@ def workspace_fd(ctx: ToolContext) -> Iterator[int]:
 
 
 def open_in_workspace(ctx: ToolContext, root_fd: int, raw: object, *, directory: bool) -> int:
-    """Open `raw` beneath the workspace (see app/tools/beneath.py); errors the model reads."""
+    """Open `raw` beneath the workspace (see app/tools/safe_open.py); errors the model reads."""
     if raw is None:
         raw = "."
     if not isinstance(raw, str):

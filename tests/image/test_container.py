@@ -23,7 +23,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from app import ports
+from app.ops import ports
 
 IMAGE = os.environ.get("COURIER_IMAGE", "")
 if not IMAGE:
@@ -48,7 +48,7 @@ def podman(
 
 
 def free_port() -> int:
-    # Not a bare bind to port 0: see app/ports.py (a port a container mapping holds).
+    # Not a bare bind to port 0: see app/ops/ports.py (a port a container mapping holds).
     return ports.free_port()
 
 
@@ -133,7 +133,7 @@ class Pod:
     def remove(self) -> None:
         # One at a time, Courier first: in a single `podman rm` the simulator is refused while
         # Courier still shares its network, and a leaked simulator keeps its published ports
-        # (DNAT rules) for good, where a later free port can land (app/ports.py).
+        # (DNAT rules) for good, where a later free port can land (app/ops/ports.py).
         podman("rm", "-f", "-t", "2", self.courier, check=False)
         podman("rm", "-f", "-t", "2", self.sim)
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import httpx
 
-from app import ports
+from app.ops import ports
 
 API_KEY = "test-key-0123456789abcdef"
 
 
 def free_port() -> int:
-    # Not a bare bind to port 0: see app/ports.py (a port a container mapping holds).
+    # Not a bare bind to port 0: see app/ops/ports.py (a port a container mapping holds).
     return ports.free_port()
 
 

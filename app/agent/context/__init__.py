@@ -1,0 +1,1 @@
+"""What one upstream request carries: the window, compaction, cache marks and the projection."""

@@ -1,0 +1,1 @@
+"""What a turn costs: the ledger of upstream calls, spend caps and the budget check."""

@@ -1,0 +1,1 @@
+"""Opening a turn: the session found or created, its lease, prompt, tools and profile."""

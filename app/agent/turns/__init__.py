@@ -1,0 +1,1 @@
+"""Running turns: the manager and handles, finished turns, event log, recovery, relay."""

@@ -1,0 +1,1 @@
+"""Operator routes: approvals, minted tokens, usage, metrics, OpenAPI, the console."""

@@ -1,0 +1,1 @@
+"""POST /v1/chat/completions: router, wire models, translation, rendering, serving object."""

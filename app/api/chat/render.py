@@ -1,0 +1,320 @@
+"""Render turn results as OpenAI JSON bodies and SSE chunks."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+import orjson
+
+from app.agent.events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ToolFinished,
+    ToolStarted,
+    TurnError,
+    TurnFinished,
+)
+from app.agent.turns.manager import TurnHandle
+from app.api.chat.wire import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    Choice,
+    ChunkChoice,
+    CompletionTokensDetails,
+    CourierCost,
+    CourierUsage,
+    Delta,
+    ErrorBody,
+    ErrorResponse,
+    FunctionCallOut,
+    PromptTokensDetails,
+    ResponseMessage,
+    ToolCallOut,
+    UsageOut,
+)
+from app.providers.base import ToolCall
+
+_SENTINEL = "\x00courier-text\x00"
+"""Cannot occur in a rendered model or id, so it marks the one place text goes."""
+SSE_SEP = "\r\n"
+"""The line end of every frame Courier encodes (sse-starlette's default, so the bytes on
+the wire stayed the same when `app/api/http/sse.py` replaced it)."""
+
+
+def usage_out(finished: TurnFinished) -> UsageOut:
+    usage, cost = finished.usage, finished.cost
+    return UsageOut(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.output_tokens,
+        total_tokens=usage.total_tokens,
+        prompt_tokens_details=PromptTokensDetails(
+            cached_tokens=usage.cache_read_tokens, cache_write_tokens=usage.cache_write_tokens
+        ),
+        completion_tokens_details=CompletionTokensDetails(reasoning_tokens=usage.reasoning_tokens),
+        cost=cost.amount_float,
+        courier=CourierUsage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+            upstream_calls=finished.upstream_calls,
+            routes=list(finished.routes),
+            cost=CourierCost(
+                amount_usd=str(cost.amount) if cost.amount is not None else None,
+                status=cost.status,
+                source=cost.source,
+            ),
+        ),
+    )
+
+
+def tool_event_payload(event: ToolStarted | ToolFinished) -> dict[str, Any]:
+    """Name, call id, duration and outcome; never the arguments, which may hold secrets."""
+    body: dict[str, Any] = {"call_id": event.call_id, "name": event.name}
+    if isinstance(event, ToolStarted):
+        body["type"] = "tool.started"
+    else:
+        body |= {
+            "type": "tool.finished",
+            "ok": not event.is_error,
+            "duration_ms": round(event.duration_ms, 1),
+        }
+    return body
+
+
+def approval_event_payload(event: ApprovalRequested | ApprovalResolved) -> dict[str, Any]:
+    """What an approver UI needs to act: the id to POST to, and what it would allow."""
+    body: dict[str, Any] = {"approval_id": event.approval_id, "call_id": event.call_id}
+    if isinstance(event, ApprovalRequested):
+        body |= {
+            "type": "approval.requested",
+            "tool": event.name,
+            "summary": event.summary,
+            "expires_at": event.expires_at,
+            "grantable": event.grantable,
+        }
+    else:
+        body |= {"type": "approval.resolved", "status": event.status}
+    return body
+
+
+def error_payload(error: TurnError) -> dict[str, Any]:
+    body = ErrorBody(message=error.message, type=error.type, param=None, code=error.code)
+    return ErrorResponse(error=body).model_dump(mode="json")
+
+
+def retry_headers(error: TurnError) -> dict[str, str]:
+    """What the official SDKs read before retrying: `x-should-retry: false` for a failure a
+    retry cannot fix or that followed a side effect, `Retry-After` for one that can pass."""
+    if not error.retryable:
+        return {"x-should-retry": "false"}
+    after = max(1, int(error.retry_after or 1))
+    return {"x-should-retry": "true", "Retry-After": str(min(after, 600))}
+
+
+def _render_chunk(
+    identity: tuple[str, int, str],
+    include_usage: bool,
+    choices: list[ChunkChoice],
+    usage: UsageOut | None = None,
+    *,
+    tool_calls: list[dict[str, Any]] | None = None,
+    courier: dict[str, Any] | None = None,
+) -> str:
+    """One `chat.completion.chunk` as JSON text; `identity` is (id, created, model)."""
+    completion_id, created, model = identity
+    chunk = ChatCompletionChunk(
+        id=completion_id, created=created, model=model, choices=choices, usage=usage
+    )
+    data = chunk.model_dump(mode="json", exclude={"choices"})
+    # A delta carries only what changed: a repeated `role` would be concatenated by the
+    # SDK's accumulator into "assistantassistant".
+    data["choices"] = [
+        {
+            "index": c.index,
+            "delta": c.delta.model_dump(exclude_none=True),
+            "finish_reason": c.finish_reason,
+        }
+        for c in choices
+    ]
+    if tool_calls is not None:
+        data["choices"][0]["delta"]["tool_calls"] = tool_calls
+    if not include_usage:
+        del data["usage"]
+    if courier is not None:
+        data["courier"] = courier
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+_ID_MARK = "chatcmpl-" + secrets.token_hex(12)
+"""Stands for a completion's id in a template: the shape of one, never one."""
+_CREATED_MARK = 4_102_444_800_321
+"""Stands for its `created`: no frame is stamped this far in the future."""
+TEMPLATED_MODEL_CHARS = 256
+"""Model names up to this long get kept templates; a longer one (a client may send any
+string) is rendered per frame rather than kept."""
+_FRAMES: dict[tuple[str, bool, str], tuple[str, str, str]] = {}
+_FRAMES_KEPT = 1024
+
+
+def _frame_template(model: str, include_usage: bool, kind: str) -> tuple[str, str, str]:
+    """A frame of this `kind` ("role", "text", or a finish reason) rendered once per model,
+    cut around its id and created: (before the id, between them, after created). Every
+    stream's role, text and finish frames come from these; building, dumping and encoding
+    the models for each cost about 7 % of the event loop's work per request."""
+    key = (model, include_usage, kind)
+    found = _FRAMES.get(key)
+    if found is not None:
+        return found
+    if kind == "role":
+        choice = ChunkChoice(delta=Delta(role="assistant", content=""))
+    elif kind == "text":
+        choice = ChunkChoice(delta=Delta(content=_SENTINEL))
+    else:
+        choice = ChunkChoice(delta=Delta(), finish_reason=kind)
+    whole = _render_chunk((_ID_MARK, _CREATED_MARK, model), include_usage, [choice])
+    before, _, rest = whole.partition(_ID_MARK)
+    between, _, after = rest.partition(str(_CREATED_MARK))
+    template = (before, between, after)
+    if len(model) <= TEMPLATED_MODEL_CHARS:
+        if len(_FRAMES) >= _FRAMES_KEPT:
+            _FRAMES.clear()  # a client cycling through model names: start over
+        _FRAMES[key] = template
+    return template
+
+
+class CompletionRenderer:
+    """One completion's identity: the same id, created and model on every chunk."""
+
+    def __init__(self, model: str, *, include_usage: bool = False) -> None:
+        self.id = "chatcmpl-" + secrets.token_hex(12)
+        self.created = int(time.time())
+        self.model = model
+        self.include_usage = include_usage
+        self._text_frame: tuple[str, str] | None = None
+        self._text_sse: tuple[bytes, bytes] | None = None
+
+    def adopt(self, handle: TurnHandle) -> None:
+        """Share one identity per turn: a reattached retry sees the same id and created."""
+        if handle.completion_id:
+            self.id, self.created = handle.completion_id, handle.created
+            self._text_frame = self._text_sse = None  # the identity is in the templates
+        else:
+            handle.completion_id, handle.created = self.id, self.created
+
+    def completion(
+        self, text: str, finished: TurnFinished, calls: tuple[ToolCall, ...] = ()
+    ) -> dict[str, Any]:
+        tool_calls = [
+            ToolCallOut(id=c.id, function=FunctionCallOut(name=c.name, arguments=c.arguments))
+            for c in calls
+        ]
+        body = ChatCompletion(
+            id=self.id,
+            created=self.created,
+            model=self.model,
+            choices=[
+                Choice(
+                    message=ResponseMessage(content=text or None, tool_calls=tool_calls or None),
+                    finish_reason=finished.finish_reason,
+                )
+            ],
+            usage=usage_out(finished),
+        )
+        data = body.model_dump(mode="json")
+        if not tool_calls:
+            del data["choices"][0]["message"]["tool_calls"]  # absent, not null, in the spec
+        return data
+
+    def _chunk(
+        self,
+        choices: list[ChunkChoice],
+        usage: UsageOut | None = None,
+        *,
+        tool_calls: list[dict[str, Any]] | None = None,
+        courier: dict[str, Any] | None = None,
+    ) -> str:
+        return _render_chunk(
+            (self.id, self.created, self.model),
+            self.include_usage,
+            choices,
+            usage,
+            tool_calls=tool_calls,
+            courier=courier,
+        )
+
+    def _templated(self, kind: str) -> str:
+        before, between, after = _frame_template(self.model, self.include_usage, kind)
+        return f"{before}{self.id}{between}{self.created}{after}"
+
+    def role_chunk(self) -> str:
+        return self._templated("role")
+
+    def text_chunk(self, text: str) -> str:
+        # Most frames of a stream are this one; building, dumping and re-encoding a model
+        # per frame cost more than the rest of the frame's path. The template is that same
+        # rendering, cut around a sentinel, so the bytes cannot drift from `_chunk`.
+        head, tail = self._text_template()
+        return head + _json_string(text) + tail
+
+    def _text_template(self) -> tuple[str, str]:
+        if self._text_frame is None:
+            head, _, tail = self._templated("text").partition(json.dumps(_SENTINEL))
+            self._text_frame = (head, tail)
+        return self._text_frame
+
+    def text_sse(self, text: str) -> bytes:
+        """The whole SSE frame of `text_chunk(text)`, as `ServerSentEvent(data=...)`
+        encodes it: the text's JSON goes from orjson straight into the frame's bytes, with
+        no str round trip and no frame object (most of a stream's frames)."""
+        if self._text_sse is None:
+            head, tail = self._text_template()
+            self._text_sse = (f"data: {head}".encode(), f"{tail}{SSE_SEP}{SSE_SEP}".encode())
+        head_b, tail_b = self._text_sse
+        try:
+            return head_b + orjson.dumps(text) + tail_b
+        except TypeError:  # a lone surrogate: escaped, as UTF-8 cannot carry it
+            return head_b + json.dumps(text).encode() + tail_b
+
+    def tool_call_chunks(self, calls: tuple[ToolCall, ...]) -> list[str]:
+        """Client tool calls as the SDK accumulators expect: per call, in index order, one
+        chunk with id, type and name (never repeated: they would be concatenated), then
+        one with the arguments."""
+        out: list[str] = []
+        for index, call in enumerate(calls):
+            head = {
+                "index": index,
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }
+            out.append(self._chunk([ChunkChoice(delta=Delta())], tool_calls=[head]))
+            if call.arguments:
+                args = {"index": index, "function": {"arguments": call.arguments}}
+                out.append(self._chunk([ChunkChoice(delta=Delta())], tool_calls=[args]))
+        return out
+
+    def progress_chunk(self, payload: dict[str, Any]) -> str:
+        """Opt-in progress as an ordinary chunk with an empty delta and a `courier` field:
+        SDKs parse every data line as a chunk, so a named event would crash them, while an
+        extra field is ignored (strict validation included)."""
+        return self._chunk([ChunkChoice(delta=Delta())], courier=payload)
+
+    def finish_chunk(self, finished: TurnFinished) -> str:
+        return self._templated(finished.finish_reason)
+
+    def usage_chunk(self, finished: TurnFinished) -> str:
+        return self._chunk([], usage=usage_out(finished))
+
+
+def _json_string(text: str) -> str:
+    """`json.dumps(text, ensure_ascii=False)`, five times faster: orjson escapes every code
+    point the same way (checked over all of them), but refuses a lone surrogate."""
+    try:
+        return orjson.dumps(text).decode()
+    except TypeError:
+        return json.dumps(text, ensure_ascii=False)

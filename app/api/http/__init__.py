@@ -1,0 +1,1 @@
+"""HTTP plumbing all endpoints share: deps, SSE, CORS, body limits, errors, statuses."""

@@ -1,0 +1,55 @@
+"""A turn's events as JSON for the replay stream: one object per event, numbered.
+
+The chat stream speaks OpenAI chunks and cannot carry a sequence number without breaking
+strict SDKs; this shape can, so a client that dropped reattaches with `after=N` and gets
+exactly the events it missed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, assert_never
+
+from app.agent.events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ClientToolCalls,
+    ToolFinished,
+    ToolStarted,
+    TurnEvent,
+    TurnFinished,
+    TurnReasoning,
+    TurnText,
+)
+from app.api.chat.render import (
+    approval_event_payload,
+    error_payload,
+    tool_event_payload,
+    usage_out,
+)
+
+
+def event_payload(seq: int, turn_id: str, event: TurnEvent) -> dict[str, Any]:
+    body: dict[str, Any] = {"seq": seq, "turn_id": turn_id}
+    match event:
+        case TurnText():
+            body |= {"type": "text", "text": event.text}
+        case TurnReasoning():
+            body |= {"type": "reasoning", "text": event.text}
+        case ToolStarted() | ToolFinished():
+            body |= tool_event_payload(event)
+        case ApprovalRequested() | ApprovalResolved():
+            body |= approval_event_payload(event)
+        case ClientToolCalls():
+            calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in event.calls]
+            body |= {"type": "client_tool_calls", "calls": calls}
+        case TurnFinished():
+            body |= {
+                "type": "finished",
+                "exit_reason": event.exit_reason,
+                "finish_reason": event.finish_reason,
+                "usage": usage_out(event).model_dump(),
+                "error": error_payload(event.error)["error"] if event.error else None,
+            }
+        case _:
+            assert_never(event)
+    return body

@@ -1,0 +1,1 @@
+"""Observability: Prometheus metrics, logs, garbage-collector pauses and long passes over rows."""

@@ -1,0 +1,1 @@
+"""The terminal tool's bubblewrap sandbox and the cgroups that bound it."""
