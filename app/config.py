@@ -11,6 +11,7 @@ import ipaddress
 import json
 import os
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -23,8 +24,6 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
-
-from app.tools.tool_quota import GiB, ToolQuota
 
 MIN_KEY_LENGTH = 16
 MIN_KEY_DISTINCT_CHARS = 8
@@ -127,6 +126,28 @@ def _busy_by_kind(data: Any) -> Any:
         if kind in DEFAULT_BUSY:
             data["busy"] = DEFAULT_BUSY[kind]
     return data
+
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True, slots=True)
+class ToolQuota:
+    """What one session's tools may consume, built from its profile (`Profile.tool_quota`).
+
+    A plain record here rather than in `app/tools/`, so that the settings import nothing
+    of what they configure and `ToolContext` can carry it."""
+
+    workspace_bytes: int = 1 * GiB
+    """Bytes (allocated on disk) the workspace may hold."""
+    disk_reserve_bytes: int = 1 * GiB
+    """Free space below which tool writes are refused (Courier's own writes never are)."""
+    memory_bytes: int = 2 * GiB
+    """Per terminal call: a memory cgroup limit, or RLIMIT_AS where no cgroup can be made."""
+    cpu_seconds: int = 600
+    """Per process of a terminal call (RLIMIT_CPU)."""
+    file_size_bytes: int = 1 * GiB
+    """Largest file a terminal call may write (RLIMIT_FSIZE); also capped by the quota left."""
 
 
 class Profile(BaseModel):

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from app.config import GiB, ToolQuota
 from app.tools.files import file_tools
 from app.tools.registry import ToolContext, ToolError
 from app.tools.sandbox import process as sandbox
 from app.tools.sandbox.memory_cgroup import memory_cgroup_parent
 from app.tools.terminal import TERMINAL
-from app.tools.tool_quota import GiB, ToolQuota
 
 MiB = 1024**2
 TOOLS = {t.name: t for t in file_tools()}

@@ -3,13 +3,44 @@ reason): a session or user id as a label would grow the series without limit."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from app.observe.gc_pauses import GcPauseCollector
 from app.observe.gc_pauses import install as time_gc_pauses
 from app.observe.loop_passes import LongPassCollector
-from app.providers.pricing import Cost
-from app.providers.usage import Usage
+
+
+class CallUsage(Protocol):
+    """One call's tokens by bucket, as `app/providers/usage.py`'s `Usage` holds them. Named
+    by shape: the providers count their long passes in this package (`loop_passes.py`),
+    so it cannot import them back."""
+
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def cache_read_tokens(self) -> int: ...
+    @property
+    def cache_write_tokens(self) -> int: ...
+    @property
+    def reasoning_tokens(self) -> int: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+
+
+class CallCost(Protocol):
+    """One call's price, as `app/providers/pricing.py`'s `Cost` holds it (named by shape
+    likewise)."""
+
+    @property
+    def amount(self) -> Decimal | None: ...
+    @property
+    def status(self) -> str: ...
+
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 
@@ -86,8 +117,8 @@ class Metrics:
         *,
         profile: str,
         upstream_model: str,
-        usage: Usage,
-        cost: Cost,
+        usage: CallUsage,
+        cost: CallCost,
         latency_s: float,
         ttft_s: float | None,
         outcome: str,

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from app.config import ToolQuota
 from app.db.store import STORE_FAILURES, Store
 from app.providers.base import ToolCall, ToolSpec
 from app.tools.call_repair import coerce_arguments, resolve_tool_name
-from app.tools.tool_quota import ToolQuota
 
 log = logging.getLogger(__name__)
 

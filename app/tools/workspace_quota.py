@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import stat
 
+from app.config import GiB, ToolQuota
 from app.tools.registry import ToolError
-from app.tools.tool_quota import GiB, ToolQuota
 
-__all__ = ["ToolQuota", "check_write", "over_quota_note", "usage_bytes"]
+__all__ = ["check_write", "over_quota_note", "usage_bytes"]
 
 
 def usage_bytes(root_fd: int) -> int:
