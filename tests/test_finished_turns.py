@@ -25,14 +25,8 @@ from app.agent.events import (
     TurnReasoning,
     TurnText,
 )
-from app.agent.turns.manager import (
-    MAX_REMEMBERED,
-    RETRY_WINDOW_S,
-    RUNNING_PASSED,
-    SealedHistory,
-    TurnHandle,
-    TurnManager,
-)
+from app.agent.turns.handle import SealedHistory, TurnHandle
+from app.agent.turns.manager import MAX_REMEMBERED, RETRY_WINDOW_S, RUNNING_PASSED, TurnManager
 from app.db.store import Store
 from app.observe.metrics import Metrics
 from app.providers.base import ToolCall

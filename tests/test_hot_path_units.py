@@ -9,7 +9,7 @@ import sys
 import pytest
 from sse_starlette import ServerSentEvent as ReferenceEvent
 
-from app.agent.turns.manager import TurnHandle
+from app.agent.turns.handle import TurnHandle
 from app.api.chat.render import ChunkChoice, CompletionRenderer, Delta
 from app.api.http.sse import ServerSentEvent
 from app.providers.openai_chat import OpenAIChatProvider

@@ -27,7 +27,8 @@ from weakref import WeakValueDictionary
 from app.agent.events import TurnFinished
 from app.agent.refusals import IdempotencyKeyReused, TurnCancelled
 from app.agent.turns.event_codec import decode, encode
-from app.agent.turns.manager import TurnHandle, TurnManager
+from app.agent.turns.handle import TurnHandle
+from app.agent.turns.manager import TurnManager
 from app.db.idempotency_store import IdempotencyStore
 
 log = logging.getLogger(__name__)

@@ -53,7 +53,8 @@ from app.agent.turn_request import (
     new_tail,
     refuse_prefill,
 )
-from app.agent.turns.manager import LEASE_TTL_S, OnFinish, TurnHandle, TurnManager, new_lease_token
+from app.agent.turns.handle import TurnHandle
+from app.agent.turns.manager import LEASE_TTL_S, OnFinish, TurnManager, new_lease_token
 from app.config import Profile
 from app.db.chat_store import (
     TranscriptKey,

@@ -3,103 +3,31 @@
 Finished turns are kept for replays (a reattaching retry, `/v1/sessions/{id}/events`, a
 repeated idempotency key) until 10,000 newer ones push them out. Counted in turns alone,
 that memory scaled with the answers: 10,000 finished turns of 100 KB each held 1 GB. So
-each sealed turn's events are kept compactly (`SealedHistory`) and the whole set is held
-to a byte budget too (`KeptTurns`): past it the oldest finished turns are forgotten, as
-if newer turns had pushed them out. A retry then finds the durable idempotency record
-instead, and `/events` says the server no longer holds the turn.
+each sealed turn's events are kept compactly (`SealedHistory`, `handle.py`) and the whole
+set is held
+to a byte budget too (`KeptTurns`): past it the oldest finished turns are forgotten, as if
+newer turns had pushed them out. A retry then finds the durable idempotency record instead,
+and `/events` says the server no longer holds the turn.
 """
 
 from __future__ import annotations
 
-import sys
 import weakref
-from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from app.agent.events import TurnEvent, TurnReasoning, TurnText
-
-if TYPE_CHECKING:
-    from app.agent.turns.manager import TurnHandle
+from app.agent.turns.handle import TurnHandle
 
 MAX_KEPT_BYTES = 64 << 20
 """The budget for every finished turn's kept events together: a few thousand long answers,
 or the 10,000 turns the count allows at about 6 KB each."""
 
-_TEXT, _REASONING, _OTHER = 0, 1, 2
-_TAG_BITS = 2
-_TAG_MASK = (1 << _TAG_BITS) - 1
 _HANDLE_BYTES = 2048
 """A kept handle's own attributes, its done task and its outcome, beyond `nbytes` (measured
 with tracemalloc over 1,000 finished 40-chunk text turns: 1.9 KB each)."""
 
 
-class SealedHistory:
-    """A finished turn's events in a fraction of the memory: each text or reasoning delta
-    was an object of its own (40 for a short answer, thousands for a model that thinks
-    aloud). Each kind's runs become one string, and the layout keeps every event's length
-    and kind; every other event stays as it was. `events()` gives back equal ones."""
-
-    __slots__ = ("_layout", "_others", "_reasoning", "_text", "nbytes")
-
-    def __init__(
-        self, text: str, reasoning: str, layout: array[int], others: tuple[TurnEvent, ...]
-    ) -> None:
-        self._text = text
-        self._reasoning = reasoning
-        self._layout = layout
-        """Per event: (length or index in `_others`) << 2 | its kind (_TEXT, _REASONING,
-        _OTHER)."""
-        self._others = others
-        self.nbytes = (
-            sys.getsizeof(text)
-            + sys.getsizeof(reasoning)
-            + layout.itemsize * len(layout)
-            # An estimate, not a census: what an event holds shows in its repr.
-            + sum(sys.getsizeof(repr(event)) for event in others)
-        )
-        """About what the sealed events hold in memory, for `KeptTurns`' budget."""
-
-    @classmethod
-    def of(cls, events: list[TurnEvent]) -> SealedHistory:
-        texts: list[str] = []
-        thoughts: list[str] = []
-        layout = array("q")
-        others: list[TurnEvent] = []
-        for event in events:
-            if isinstance(event, TurnText):
-                texts.append(event.text)
-                layout.append(len(event.text) << _TAG_BITS | _TEXT)
-            elif isinstance(event, TurnReasoning):
-                thoughts.append(event.text)
-                layout.append(len(event.text) << _TAG_BITS | _REASONING)
-            else:
-                layout.append(len(others) << _TAG_BITS | _OTHER)
-                others.append(event)
-        return cls("".join(texts), "".join(thoughts), layout, tuple(others))
-
-    def events(self) -> tuple[TurnEvent, ...]:
-        out: list[TurnEvent] = []
-        at_text = at_thought = 0
-        text, thoughts, others = self._text, self._reasoning, self._others
-        for entry in self._layout:
-            kind, n = entry & _TAG_MASK, entry >> _TAG_BITS
-            if kind == _TEXT:
-                out.append(TurnText(text[at_text : at_text + n]))
-                at_text += n
-            elif kind == _REASONING:
-                out.append(TurnReasoning(thoughts[at_thought : at_thought + n]))
-                at_thought += n
-            else:
-                out.append(others[n])
-        return tuple(out)
-
-    def __len__(self) -> int:
-        return len(self._layout)
-
-
-class _Kept(weakref.ref["TurnHandle"]):
+class _Kept(weakref.ref[TurnHandle]):
     """A kept turn's entry: its handle, weakly, and what it is charged. One object per
     turn (a closure per turn for the release note cost about 170 bytes more each)."""
 

@@ -11,16 +11,16 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
-from typing import Literal
 
-from app.agent.events import TurnError, TurnEvent, TurnFinished
+from app.agent.events import TurnError, TurnFinished
 from app.agent.loop import run_turn
 from app.agent.refusals import SessionBusy as SessionBusy
-from app.agent.turn_context import Mailbox, TurnContext
-from app.agent.turns.finished import MAX_KEPT_BYTES, KeptTurns, SealedHistory
+from app.agent.turn_context import TurnContext
+from app.agent.turns.finished import MAX_KEPT_BYTES, KeptTurns
+from app.agent.turns.handle import TurnHandle
 from app.agent.turns.log import log_turn
 from app.db.instance import new_lease_token as new_lease_token
 from app.db.store import Carried, Store
@@ -41,9 +41,6 @@ LEASE_LOST = TurnError(
 """The reply could not be stored because the lease had gone (as `loop.py` reports it)."""
 
 
-REATTACH_GRACE_S = 3.0
-"""How long a turn started with an idempotency key outlives its client: long enough for a
-voice cockpit's retry to reattach instead of running the turn's side effects twice."""
 IDEMPOTENCY_TTL_S = 600.0
 MAX_REMEMBERED = 10_000
 TWIN_WINDOW_S = 5.0
@@ -55,7 +52,7 @@ RUNNING_PASSED = 8
 """Running turns the twin map's sweep steps past per new turn: enough to reach the finished
 ones behind them over a few turns, never a walk over every turn in flight on each."""
 
-OnFinish = Callable[["TurnHandle", TurnFinished], tuple[str, int] | None]
+OnFinish = Callable[[TurnHandle, TurnFinished], tuple[str, int] | None]
 """After-turn bookkeeping in the closing unit; returns the (head, length) the session's
 transcript moves to, which the lease's release writes in the same statement."""
 CLOSE_RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -65,133 +62,6 @@ NOT_STORED = TurnError(
     type="server_error",
     code="persistence_failed",
 )
-
-
-class TurnHandle:
-    def __init__(self, turn_id: str, session_id: str) -> None:
-        self.turn_id = turn_id
-        self.session_id = session_id
-        self._history: list[TurnEvent] | SealedHistory = []
-        """The events so far; once the turn has ended, sealed (see `SealedHistory`). One
-        attribute, read once per access: the writer thread reads it while the loop seals."""
-        self._queues: list[asyncio.Queue[TurnEvent]] = []
-        self.task: asyncio.Future[TurnFinished] | None = None
-        """The turn's task while it runs; once it has ended, a plain future with its outcome
-        (see `settled`)."""
-        self.idempotency: tuple[str, str] | None = None
-        """(owner, key) when the client sent an Idempotency-Key; set by the manager."""
-        self.twin_key: tuple[str, str] | None = None
-        """(owner, body digest) in the manager's twin map, once remembered there."""
-        self.request_digest = ""
-        self.completion_id = ""
-        self.created = 0
-        """The completion's identity, reused by every reattached response."""
-        self.finished_at: float | None = None
-        self.outcome: TurnFinished | None = None
-        self.delivered = False
-        """A client received the whole answer: an identical request later is a new ask."""
-        self.on_disconnect: Literal["cancel", "continue"] = "cancel"
-        """`continue`: the turn outlives its client, events buffered for a reattach."""
-        self.on_close: list[Callable[[TurnHandle], None]] = []
-        """Run once the turn's last event is published."""
-        self.on_close_unit: list[Callable[[TurnHandle, TurnFinished | None], None]] = []
-        """Run inside the turn's closing transaction with how it ended (durable idempotency
-        records the turn there); for a turn without one (a relay), as it closes."""
-        self.mailbox = Mailbox()
-        """Steering messages for the running turn; the turn's context shares it."""
-
-    def settled(self, task: asyncio.Future[TurnFinished]) -> None:
-        """The task is done: a plain future with its outcome takes its place. A finished
-        task keeps its coroutine and its context, about 2 KB and six objects the collector
-        walks, for every finished turn kept for replays. (A task that raised keeps its own
-        place: its exception is reported when it goes.)"""
-        if self.task is not task or (not task.cancelled() and task.exception() is not None):
-            return
-        done: asyncio.Future[TurnFinished] = task.get_loop().create_future()
-        if task.cancelled():
-            done.cancel()
-        else:
-            done.set_result(task.result())
-        self.task = done
-
-    def steer(self, text: str) -> asyncio.Future[None]:
-        """Queue a user message for the running turn; the future resolves once it is stored."""
-        return self.mailbox.put(text)
-
-    @property
-    def cancelled(self) -> bool:
-        return self.outcome is not None and self.outcome.exit_reason == "cancelled"
-
-    def publish(self, event: TurnEvent) -> None:
-        history = self._history
-        if isinstance(history, SealedHistory):  # not expected after the end; never lost
-            history = self._history = list(history.events())
-        history.append(event)
-        for queue in self._queues:
-            queue.put_nowait(event)
-
-    def history(self) -> tuple[TurnEvent, ...]:
-        history = self._history
-        return tuple(history) if isinstance(history, list) else history.events()
-
-    def event_count(self) -> int:
-        """How many events the turn has published (an event's sequence number is its place)."""
-        return len(self._history)
-
-    def seal(self) -> int:
-        """The turn has ended: keep its events compactly for replays (see `SealedHistory`).
-        Returns about how many bytes they hold."""
-        history = self._history
-        if isinstance(history, list):
-            history = self._history = SealedHistory.of(history)
-        return history.nbytes
-
-    def subscribe(self, after: int = 0) -> asyncio.Queue[TurnEvent]:
-        """A queue of the turn's events after the first `after` (from its start by default),
-        ending with `TurnFinished`. An event's sequence number is its 1-based position."""
-        queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
-        for event in self.history()[after:]:
-            queue.put_nowait(event)
-        self._queues.append(queue)
-        return queue
-
-    def unsubscribe(self, queue: asyncio.Queue[TurnEvent]) -> None:
-        if queue in self._queues:
-            self._queues.remove(queue)
-
-    async def events(self) -> AsyncIterator[TurnEvent]:
-        queue = self.subscribe()
-        try:
-            while True:
-                event = await queue.get()
-                yield event
-                if isinstance(event, TurnFinished):
-                    return
-        finally:
-            self.unsubscribe(queue)
-
-    def cancel(self) -> None:
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-
-    def abandon(self) -> None:
-        """The client went away. Without an idempotency key nobody can come back, so stop
-        now; with one, wait briefly for a retry to reattach before cancelling. A turn a
-        reattached retry still watches keeps running."""
-        if self._queues or self.on_disconnect == "continue":
-            return
-        if self.idempotency is None:
-            self.cancel()
-            return
-        asyncio.get_running_loop().call_later(REATTACH_GRACE_S, self._cancel_if_unwatched)
-
-    def _cancel_if_unwatched(self) -> None:
-        if not self._queues:
-            self.cancel()
-
-    async def wait(self) -> TurnFinished:
-        assert self.task is not None
-        return await asyncio.shield(self.task)
 
 
 class TurnManager:

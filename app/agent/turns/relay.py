@@ -25,7 +25,7 @@ from app.agent.loop import secret_error, upstream_turn_error
 from app.agent.refusals import SpendRefused
 from app.agent.structured import output_problem
 from app.agent.turn_request import TurnRequest, check_tool_choice, refuse_prefill
-from app.agent.turns.manager import TurnHandle
+from app.agent.turns.handle import TurnHandle
 from app.config import Profile
 from app.db.chat_store import StoredImage
 from app.db.store import NewMessage, Store, StoredMessage

@@ -26,7 +26,7 @@ from app.agent.events import (
     TurnFinished,
     TurnText,
 )
-from app.agent.turns.manager import TurnHandle
+from app.agent.turns.handle import TurnHandle
 from app.api.chat.render import (
     CompletionRenderer,
     approval_event_payload,

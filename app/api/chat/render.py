@@ -17,7 +17,7 @@ from app.agent.events import (
     TurnError,
     TurnFinished,
 )
-from app.agent.turns.manager import TurnHandle
+from app.agent.turns.handle import TurnHandle
 from app.api.chat.wire import (
     ChatCompletion,
     ChatCompletionChunk,

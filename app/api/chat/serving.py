@@ -22,7 +22,8 @@ from app.agent.opening.profiles import Profiles
 from app.agent.opening.session_setup import SessionSetup
 from app.agent.refusals import Refused
 from app.agent.turn_request import TurnRequest
-from app.agent.turns.manager import TurnHandle, TurnManager
+from app.agent.turns.handle import TurnHandle
+from app.agent.turns.manager import TurnManager
 from app.agent.turns.relay import relay_input, run_relay
 from app.api.chat.fields import ignored_fields, refuse_unsupported
 from app.api.chat.translate import turn_request

@@ -23,7 +23,7 @@ from typing import cast, get_args
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from app.agent.turns.manager import TurnHandle
+from app.agent.turns.handle import TurnHandle
 from app.api.chat.serving import StartedTurn
 from app.api.chat.wire import ChatCompletionRequest
 from app.api.http.errors import ApiError

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from app.agent.events import ClientToolCalls, TurnFinished, TurnText
-from app.agent.turns.manager import IDEMPOTENCY_TTL_S, RETRY_WINDOW_S, SessionBusy, TurnHandle
+from app.agent.turns.handle import TurnHandle
+from app.agent.turns.manager import IDEMPOTENCY_TTL_S, RETRY_WINDOW_S, SessionBusy
 from app.api.chat.render import usage_out
 from app.api.chat.serving import ChatServing, Retry
 from app.api.chat.wire import ChatCompletionRequest

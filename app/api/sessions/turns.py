@@ -17,7 +17,7 @@ from fastapi import APIRouter, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.agent.events import TurnFinished
-from app.agent.turns.manager import TurnHandle
+from app.agent.turns.handle import TurnHandle
 from app.api.http.deps import StateDep
 from app.api.http.errors import ApiError
 from app.api.http.owned import ChatSession
