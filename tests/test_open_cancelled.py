@@ -24,7 +24,7 @@ from app.db.store import Store
 from app.main import build_providers
 from app.observe.metrics import Metrics
 from app.providers.clients import UpstreamClients
-from app.security.auth import Principal
+from app.security.principal import Principal
 from app.tools.registry import ToolRegistry
 
 

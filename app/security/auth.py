@@ -11,70 +11,26 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
+from app.security.principal import (
+    ALL_SCOPES,
+    APPROVALS,
+    CHAT,
+    METRICS,
+    SESSIONS_READ,
+    Principal,
+)
+
 if TYPE_CHECKING:
     from app.config import KeyConfig
     from app.security.minted_tokens import TokenIssuer
 
-Scope = str
-CHAT: Scope = "chat"
-SESSIONS_READ: Scope = "sessions:read"
-APPROVALS: Scope = "approvals"
-METRICS: Scope = "metrics"
-ADMIN: Scope = "admin"
-ALL_SCOPES = frozenset({CHAT, SESSIONS_READ, APPROVALS, METRICS, ADMIN})
-
 DEFAULT_KEY_SCOPES = frozenset({CHAT, SESSIONS_READ, APPROVALS})
 """COURIER_API_KEY: a single-key deployment, whose one user is also its approver."""
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    owner: str
-    """A stable fingerprint of the key, stored as the session owner; never the key itself."""
-    scopes: frozenset[Scope] = frozenset({CHAT})
-    name: str = ""
-    """The key's configured name (`default`, `admin`, or a `[[keys]]` name)."""
-    requests_per_minute: int | None = None
-    max_concurrent_turns: int | None = None
-    spend_cap_usd: Decimal | None = None
-    spend_cap_daily_usd: Decimal | None = None
-    session_id: str | None = None
-    """A token bound to one session may use only that session."""
-    via_token: bool = False
-
-    @property
-    def admin(self) -> bool:
-        return ADMIN in self.scopes
-
-    @property
-    def label(self) -> str:
-        return self.name or self.owner
-
-    def reaches(self, session_id: str | None) -> bool:
-        """The binding: a token bound to one session reaches only that one (and nothing
-        that belongs to no session); a key, or an unbound token, reaches every session."""
-        return self.session_id is None or self.session_id == session_id
-
-    def may_see(self, *, session_id: str, owner: str, retracted: bool = False) -> bool:
-        """The session rule, for every route that names a session: within the binding, the
-        owner's or the admin's; a retracted session is gone for its owner, not the admin."""
-        if not self.reaches(session_id):
-            return False
-        return self.admin or (owner == self.owner and not retracted)
-
-    @property
-    def replay_scope(self) -> str:
-        """Whose earlier requests an Idempotency-Key or a retry of this principal may find.
-        A key's requests share one scope; a bound token's are its session's alone, so it
-        cannot replay another session's request into that session's answer (nor overwrite
-        that session's record of the key)."""
-        return self.owner if self.session_id is None else f"{self.owner}/{self.session_id}"
 
 
 def fingerprint(key: str) -> str:

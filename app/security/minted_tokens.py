@@ -19,7 +19,7 @@ from typing import Any
 
 from jose import JWTError, jwt
 
-from app.security.auth import Principal
+from app.security.principal import Principal
 
 ALGORITHM = "HS256"
 AUDIENCE = "courier"

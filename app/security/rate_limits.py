@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.security.auth import Principal
+from app.security.principal import Principal
 
 WINDOW_S = 60.0
 TURN_RETRY_AFTER_S = 2

@@ -31,7 +31,7 @@ from app.api.http.direct import DirectRoute
 from app.api.http.errors import ApiError, validation_error
 from app.api.http.owned import check_binding
 from app.api.http.sse import EventSourceResponse
-from app.security.auth import CHAT
+from app.security.principal import CHAT
 
 router = APIRouter(route_class=DirectRoute)
 

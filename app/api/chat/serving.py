@@ -35,7 +35,7 @@ from app.config import Profile, Settings
 from app.db.store import PersistenceError, Store
 from app.observe.metrics import Metrics
 from app.providers.base import Provider
-from app.security.auth import Principal
+from app.security.principal import Principal
 from app.tools.registry import ToolRegistry
 
 __all__ = ["ChatServing", "Retry", "StartedTurn"]

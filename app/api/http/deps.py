@@ -8,7 +8,7 @@ from fastapi import Depends, Request
 
 from app.api.http.errors import ApiError
 from app.api.state import AppState
-from app.security.auth import ADMIN, APPROVALS, CHAT, METRICS, SESSIONS_READ, Principal
+from app.security.principal import ADMIN, APPROVALS, CHAT, METRICS, SESSIONS_READ, Principal
 from app.security.rate_limits import LimitExceeded, TurnSlot
 
 # The dependencies below do no I/O, so they are `async def`: FastAPI runs a plain `def`

@@ -31,7 +31,7 @@ from app.db import session_query as q
 from app.db.approval_models import ApprovalRow, GrantRow
 from app.db.models import SessionRow
 from app.db.session_models import ResponseRow
-from app.security.auth import Principal
+from app.security.principal import Principal
 
 
 def session_not_found(session_id: str) -> ApiError:

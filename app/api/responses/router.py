@@ -32,7 +32,7 @@ from app.api.responses.serving import (
 )
 from app.api.responses.wire import EventRenderer, ResponseCreateRequest
 from app.api.state import AppState
-from app.security.auth import CHAT
+from app.security.principal import CHAT
 
 router = APIRouter()
 

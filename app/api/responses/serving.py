@@ -43,7 +43,7 @@ from app.db.session_models import ResponseRow
 from app.providers.base import ToolCall
 from app.providers.pricing import Cost
 from app.providers.usage import Usage
-from app.security.auth import Principal
+from app.security.principal import Principal
 
 log = logging.getLogger(__name__)
 
