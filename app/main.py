@@ -60,13 +60,10 @@ from app.security.minted_tokens import TokenIssuer
 from app.security.outbound import OutboundScan
 from app.security.rate_limits import Limits
 from app.security.redact import install as install_redaction
+from app.tools.builtin import builtin_tools
 from app.tools.plugins import load_plugin_tools
 from app.tools.registry import ToolRegistry
 from app.tools.sandbox.process import sandbox_status
-from app.tools.terminal import terminal_tools
-from app.tools.todo import state_tools
-from app.tools.web import web_tools
-from app.tools.workspace import workspace_tools
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +158,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     await asyncio.to_thread(sandbox_status)
     tools = ToolRegistry(
         [
-            *workspace_tools(),
-            *state_tools(),
-            *web_tools(),
-            *terminal_tools(),
+            *builtin_tools(),
             *load_plugin_tools(settings.tool_plugin_specs()),
         ]
     )

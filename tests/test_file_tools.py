@@ -10,9 +10,8 @@ import pytest
 
 from app.tools import files, workspace
 from app.tools import safe_open as beneath
-from app.tools.files import file_tools
+from app.tools.builtin import builtin_tools, file_tools
 from app.tools.registry import PathClaim, Tool, ToolContext, ToolError, ToolRegistry
-from app.tools.workspace import workspace_tools
 
 SECRET = "SECRET-outside-the-workspace"
 
@@ -53,11 +52,11 @@ async def refused(name: str, args: dict[str, Any], ctx: ToolContext) -> str:
 # ------------------------------------------------------------------------- the catalog
 
 
-def test_file_tools_and_workspace_tools_are_the_same_five() -> None:
+def test_the_five_file_tools_lead_the_builtin_tools() -> None:
     names = ["list_files", "read_file", "write_file", "patch", "search_files"]
     assert [t.name for t in file_tools()] == names
-    assert [t.name for t in workspace_tools()] == names
-    ToolRegistry(workspace_tools())  # registers without duplicate names
+    assert [t.name for t in builtin_tools()][:5] == names
+    ToolRegistry(builtin_tools())  # registers without duplicate names
 
 
 def test_flags() -> None:
@@ -347,7 +346,7 @@ def test_missing_or_invalid_path_is_a_barrier(name: str, ctx: ToolContext) -> No
 
 
 async def test_registry_turns_refusals_into_error_results(ctx: ToolContext) -> None:
-    registry = ToolRegistry(workspace_tools())
+    registry = ToolRegistry(file_tools())
     tool = registry.get("read_file")
     assert tool is not None
     outcome = await registry.invoke(tool, {"path": "/etc/passwd"}, ctx)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app.config import GiB, ToolQuota
-from app.tools.files import file_tools
+from app.tools.builtin import file_tools
 from app.tools.registry import ToolContext, ToolError
 from app.tools.sandbox import process as sandbox
 from app.tools.sandbox.memory_cgroup import memory_cgroup_parent

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
+from app.tools.builtin import file_tools
 from app.tools.call_repair import (
     EMPTY_NAME_MESSAGE,
     coerce_arguments,
     repair_json_arguments,
     resolve_tool_name,
 )
-from app.tools.files import file_tools
 
 KNOWN = ["list_files", "patch", "read_file", "search_files", "write_file", "web_fetch"]
 CATALOG = "list_files, patch, read_file, search_files, web_fetch, write_file"

@@ -22,8 +22,6 @@ from app.tools.registry import Tool, ToolContext, ToolError
 from app.tools.safe_open import DIR_FLAGS, open_beneath, walk, write_atomic
 from app.tools.workspace import (
     BINARY_SNIFF_BYTES,
-    LIST_FILES,
-    READ_FILE,
     int_arg,
     iter_lines,
     open_in_workspace,
@@ -473,8 +471,3 @@ SEARCH_FILES = Tool(
     # tree is ordered behind the write.
     path_scope=path_scope("read", default="."),
 )
-
-
-def file_tools() -> list[Tool]:
-    """All built-in file tools, in a fixed order."""
-    return [LIST_FILES, READ_FILE, WRITE_FILE, PATCH, SEARCH_FILES]

@@ -296,11 +296,3 @@ READ_FILE = Tool(
     # read_file's own output must never be spilled (that would recurse); it caps itself.
     spill_exempt=True,
 )
-
-
-def workspace_tools() -> list[Tool]:
-    """Every built-in file tool; app/main.py registers this list."""
-    # Imported here because files.py builds on this module's helpers (a cycle otherwise).
-    from app.tools.files import file_tools
-
-    return file_tools()
