@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from app.security.shell.findings import (
     COMPUTED,
@@ -28,6 +28,8 @@ from app.security.shell.findings import (
     RECURSIVE_DELETE,
     SCHEDULE,
     Call,
+    Finding,
+    Role,
     assignment,
     literal_word,
     program_name,
@@ -35,8 +37,25 @@ from app.security.shell.findings import (
 from app.security.shell.interpreters import Language
 from app.security.shell.syntax import Piece, Word
 
-if TYPE_CHECKING:
-    from app.security.shell.effects import Reader
+
+class Reader(Protocol):
+    """The reader (`effects.py`'s `Reader`) as a handler sees it: what a handler may tell
+    it. Declared here, by shape, because the reader calls the handlers: importing it back
+    would tie the two modules in a circle."""
+
+    decoded: bool
+    ran_code: bool
+    ran_project: bool
+
+    def find(self, finding: Finding) -> None: ...
+    def use(
+        self, role: Role, word: Word, *, content: bool = True, recursive: bool = False
+    ) -> None: ...
+    def run_file(self, word: Word) -> None: ...
+    def code(self, language: Language | Literal["shell"], text: str | None, depth: int) -> None: ...
+    def stdin_code(self, call: Call, language: Language | Literal["shell"]) -> None: ...
+    def change_dir(self, call: Call) -> None: ...
+
 
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "yash", "fish", "rbash"})
 _PYTHON = re.compile(r"^(?:python|pypy)[0-9.]*$")
@@ -291,7 +310,7 @@ def _skip_options(words: list[Word], values: str, operands: int) -> list[Word]:
 
 # ---------------------------------------------------------------- handlers
 
-Handler = Callable[["Reader", Call], None]
+Handler = Callable[[Reader, Call], None]
 
 
 def _options_and_operands(call: Call, values: str = "") -> tuple[list[str], list[Word]]:
