@@ -109,7 +109,7 @@ class PriceOverrideConfig(BaseModel):
 
 
 BusyStrategy = Literal["reject", "enqueue", "interrupt", "steer"]
-"""What a message to a session whose turn is running does (app/api/http/busy_policy.py)."""
+"""What a message to a session whose turn is running does (app/api/chat/busy_policy.py)."""
 DisconnectPolicy = Literal["cancel", "continue"]
 ProfileKind = Literal["chat", "voice"]
 """Who talks to a profile: a chat window, or a voice client whose users barge in."""

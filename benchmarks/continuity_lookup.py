@@ -16,7 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.agent.opening.continuity import VisibleMessage, chain, scope_seed
+from app.agent.opening.continuity import chain, scope_seed
+from app.agent.turn_request import VisibleMessage
 from app.db.chat_models import TranscriptKeyRow
 from app.db.chat_store import find_continuations
 from app.db.models import SessionRow

@@ -9,7 +9,7 @@ from app.agent.context.cache_planner import (
     plan_cache,
     transaction_endpoints,
 )
-from app.agent.opening.prompt import build_prompt, recover_stable_boundary, stable_tier
+from app.agent.context.prompt import build_prompt, recover_stable_boundary, stable_tier
 from app.config import Profile
 from app.providers.anthropic import build_messages_body
 from app.providers.base import (

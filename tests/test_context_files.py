@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.agent.opening.context_files import MAX_CONTEXT_FILE_CHARS, read_context_files
+from app.agent.context.context_files import MAX_CONTEXT_FILE_CHARS, read_context_files
 
 SECRET = "host-secret-9f8e7d6c5b4a"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.agent.approvals import ApprovalGate, ApprovalPolicy
-from app.agent.opening.context_files import ContextWatch, prompt_context
+from app.agent.context.context_files import ContextWatch, prompt_context
 from app.db.approval_models import INSTRUCTION_CHANGE_RULE
 from app.db.approval_store import ApprovalStore
 from app.db.store import Store

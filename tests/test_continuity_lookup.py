@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event
 
-from app.agent.opening.continuity import VisibleMessage, _canonical, chain
+from app.agent.opening.continuity import _canonical, chain
+from app.agent.turn_request import VisibleMessage
 from app.db.chat_store import (
     NEWEST_FIRST,
     Continuation,

@@ -3,7 +3,7 @@ message's log row and what the continuity chain sees, every role."""
 
 from __future__ import annotations
 
-from app.agent.opening.continuity import VisibleMessage
+from app.agent.turn_request import VisibleMessage
 from app.api.chat.translate import turn_request
 from app.api.chat.wire import ChatCompletionRequest
 from app.api.http.end_users import OnBehalf

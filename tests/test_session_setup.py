@@ -110,7 +110,7 @@ def test_a_profile_workspace_is_made_if_missing(setup: SessionSetup, tmp_path: P
 
 
 def test_a_prompt_never_carries_the_server_s_environment(setup: SessionSetup) -> None:
-    """A link the model planted in its workspace is refused (app/agent/opening/context_files.py)."""
+    """A link the model planted in its workspace is refused (app/agent/context/context_files.py)."""
     workspace = setup.private_workspace("sess_1")
     workspace.mkdir(parents=True)
     (workspace / "AGENTS.md").symlink_to("/proc/self/environ")

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from app.agent.opening.continuity import VisibleMessage, chain, scope_seed
+from app.agent.opening.continuity import chain, scope_seed
 from app.agent.structured import output_problem, schema_problem
+from app.agent.turn_request import VisibleMessage
 from app.providers.anthropic import GREETING_CUE, INSTRUCTION_PREFIX, build_messages_body
 from app.providers.base import (
     AssistantMessage,

@@ -10,7 +10,7 @@ The order of `TurnGuard.judge` is the design, and the bypass comes late on purpo
    judged where they lead after expansion (`A*S.md`, `$n.md`), and a write to a path only
    known at run time counts as one. So is the change itself, by whatever command it was
    made, before later prompts take it (`context.instruction_change`, raised by
-   app/agent/opening/context_files.py; no turn waits);
+   app/agent/context/context_files.py; no turn waits);
 4. only now: approvals off (frozen at startup), the allowlist, standing grants and the
    profile's unattended mode may let a dangerous call through without asking.
 

@@ -9,6 +9,7 @@ import time
 
 from app.agent.accumulate import Reply, ReplyBuilder
 from app.agent.context.cache_planner import effective_ttl
+from app.agent.context.close_open_calls import close_unanswered_calls
 from app.agent.context.compressor import OVERFLOW_RETRIES, Summariser, SummarySkipped
 from app.agent.context.live_projection import projections_for
 from app.agent.context.row_passes import project_ahead
@@ -23,12 +24,11 @@ from app.agent.events import (
     TurnText,
 )
 from app.agent.fallback import fall_back
-from app.agent.opening.close_open_calls import close_unanswered_calls
 from app.agent.reply_checks import close_cut_calls, cut_calls, empty_reply_error, second_look
+from app.agent.steer import deliver_steers
 from app.agent.structured import REPAIR_NOTE, output_problem
 from app.agent.tool_step import limit_parallel, repair_calls, split_calls
 from app.agent.turn_context import TurnContext, TurnState
-from app.agent.turns.steer import deliver_steers
 from app.db.store import LeaseLost, NewMessage, PersistenceError
 from app.providers.base import (
     AssistantMessage,

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
+from app.agent.context.context_files import ContextWatch
 from app.agent.events import ToolFinished, ToolStarted, TurnEvent
-from app.agent.opening.context_files import ContextWatch
 from app.db.store import NewMessage, Store
 from app.providers.base import ToolCall
 from app.tools.call_repair import repair_json_arguments, resolve_tool_name
@@ -88,7 +88,7 @@ class BatchRunner:
     """Approvals and the command guard (app/agent/approvals.py), before each call."""
     watch: ContextWatch | None = None
     """The workspace's context files, read around each batch: a change a tool made is held
-    for a person's approval (app/agent/opening/context_files.py)."""
+    for a person's approval (app/agent/context/context_files.py)."""
     spill_used: int = 0
     """Characters of tool output already put in front of the model this turn."""
     _started: dict[int, float] = field(default_factory=dict)

@@ -16,9 +16,9 @@ from app.agent.accumulate import ReplyBuilder
 from app.agent.approvals import ApprovalGate, turn_guard
 from app.agent.context.cache_planner import StablePrefixRegistry
 from app.agent.context.compressor import Compressor
+from app.agent.context.context_files import ContextWatch
 from app.agent.cost.budget import SpendGuard
 from app.agent.events import ExitReason, TurnError, TurnEvent, TurnFinished
-from app.agent.opening.context_files import ContextWatch
 from app.agent.tool_step import BatchRunner
 from app.config import Profile
 from app.db.store import Store
@@ -87,7 +87,7 @@ class TurnContext:
     fallbacks: tuple[Route, ...] = ()
     """The profile's fallback chain still unused this turn, next first."""
     mailbox: Mailbox = field(default_factory=Mailbox)
-    """Steering messages sent while the turn runs (see app/agent/turns/steer.py)."""
+    """Steering messages sent while the turn runs (see app/agent/steer.py)."""
     gate: ApprovalGate | None = None
     """Where calls that need a human wait; None refuses them (missing state means deny)."""
     end_user: str = ""

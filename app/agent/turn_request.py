@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
 
-from app.agent.opening.continuity import VisibleMessage
 from app.agent.refusals import PrefillUnsupported, UnknownToolChoice
 from app.config import Profile
 from app.db.chat_store import StoredImage
@@ -21,6 +20,19 @@ from app.db.store import NewMessage
 from app.providers.base import OutputFormat, Provider, SamplingParams, ToolChoice, ToolSpec
 
 Role = Literal["user", "assistant", "tool", "system", "developer", "function"]
+
+
+@dataclass(frozen=True, slots=True)
+class VisibleMessage:
+    """A client-visible message, as stateless continuity hashes it
+    (`app/agent/opening/continuity.py`)."""
+
+    role: Literal["user", "assistant", "tool"]
+    text: str
+    calls: tuple[tuple[str, str, str], ...] = ()
+    """(id, name, arguments) of client tool calls on an assistant message."""
+    call_id: str = ""
+    images: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

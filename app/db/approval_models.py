@@ -62,7 +62,7 @@ class GrantRow(SQLModel, table=True):
 INSTRUCTION_CHANGE_RULE = "context.instruction_change"
 """The rule of an approval no turn waits on: a tool changed a workspace's context file, and
 its new content joins a prompt only once a person accepts it
-(app/agent/opening/context_files.py)."""
+(app/agent/context/context_files.py)."""
 
 
 class ContextFileRow(SQLModel, table=True):

@@ -1,7 +1,7 @@
 """SQL for held context files: what a person accepted, what a tool left, and the decision.
 
 The policy (when content is held, which content a prompt takes) lives in
-`app/agent/opening/context_files.py`; here are its reads and writes. A change and the approval that
+`app/agent/context/context_files.py`; here are its reads and writes. A change and the approval that
 asks about it are written in the caller's unit; a decision and its effect in one
 transaction, so an accepted change can never be left pending or half applied.
 """

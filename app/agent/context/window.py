@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.agent.context.compressor import Summariser, observe_response, threshold_tokens
+from app.agent.context.prompt import recover_stable_boundary
 from app.agent.context.row_passes import live_rows, sized
-from app.agent.opening.prompt import recover_stable_boundary
 from app.config import Profile
 from app.db.models import SessionRow
 from app.db.store import StoredMessage

@@ -19,20 +19,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import orjson
 
-
-@dataclass(frozen=True, slots=True)
-class VisibleMessage:
-    role: Literal["user", "assistant", "tool"]
-    text: str
-    calls: tuple[tuple[str, str, str], ...] = ()
-    """(id, name, arguments) of client tool calls on an assistant message."""
-    call_id: str = ""
-    images: tuple[str, ...] = ()
+from app.agent.turn_request import VisibleMessage
 
 
 def _arguments(raw: str) -> str:

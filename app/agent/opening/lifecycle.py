@@ -22,15 +22,15 @@ from functools import partial
 
 from app.agent.approvals import ApprovalGate
 from app.agent.context.cache_planner import StablePrefixRegistry
+from app.agent.context.close_open_calls import close_unanswered_calls, open_calls
 from app.agent.context.compressor import Compressor
 from app.agent.context.projection import INTERRUPTED_RESULT
+from app.agent.context.prompt import stable_tier
 from app.agent.cost.budget import SpendGuard
 from app.agent.cost.spend_caps import SpendCaps, price_override
 from app.agent.events import ClientToolCalls, TurnEvent, TurnFinished, TurnText
-from app.agent.opening.close_open_calls import close_unanswered_calls, open_calls
-from app.agent.opening.continuity import VisibleMessage, chain, extend, scope_seed
+from app.agent.opening.continuity import chain, extend, scope_seed
 from app.agent.opening.profiles import Profiles
-from app.agent.opening.prompt import stable_tier
 from app.agent.opening.session_setup import SessionSetup
 from app.agent.opening.tool_snapshot import (
     rebuild_tool_snapshot,
@@ -49,6 +49,7 @@ from app.agent.turn_context import TurnContext
 from app.agent.turn_request import (
     IncomingMessage,
     TurnRequest,
+    VisibleMessage,
     check_tool_choice,
     new_tail,
     refuse_prefill,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.agent.opening.context_files import prompt_context
-from app.agent.opening.prompt import build_prompt
+from app.agent.context.context_files import prompt_context
+from app.agent.context.prompt import build_prompt
 from app.agent.opening.tool_snapshot import snapshot_names
 from app.config import Profile, Settings
 from app.db.store import Store

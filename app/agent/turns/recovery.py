@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 
+from app.agent.context.close_open_calls import close_unanswered_calls
 from app.agent.context.projection import INTERRUPTED_RESULT
-from app.agent.opening.close_open_calls import close_unanswered_calls
 from app.agent.turns.manager import new_lease_token
 from app.db.store import Store
 from app.db.turn_store import unfinished_turns

@@ -27,21 +27,18 @@ from app.api.chat.wire import (
     CourierCost,
     CourierUsage,
     Delta,
-    ErrorBody,
-    ErrorResponse,
     FunctionCallOut,
     PromptTokensDetails,
     ResponseMessage,
     ToolCallOut,
     UsageOut,
 )
+from app.api.http.errors import ErrorBody, ErrorResponse
+from app.api.http.sse import SSE_SEP
 from app.providers.base import ToolCall
 
 _SENTINEL = "\x00courier-text\x00"
 """Cannot occur in a rendered model or id, so it marks the one place text goes."""
-SSE_SEP = "\r\n"
-"""The line end of every frame Courier encodes (sse-starlette's default, so the bytes on
-the wire stayed the same when `app/api/http/sse.py` replaced it)."""
 
 
 def usage_out(finished: TurnFinished) -> UsageOut:

@@ -12,13 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from app.api.chat.output import json_completion, sse_frames
-from app.api.chat.render import CompletionRenderer
-from app.api.chat.serving import Retry
-from app.api.chat.wire import ChatCompletionRequest
-from app.api.http import end_users
-from app.api.http.body_limits import load_json_body, parse_off_loop
-from app.api.http.busy_policy import (
+from app.api.chat.busy_policy import (
     Steered,
     busy_strategy,
     disconnect_policy,
@@ -26,6 +20,12 @@ from app.api.http.busy_policy import (
     steer_text,
     steered_response,
 )
+from app.api.chat.output import json_completion, sse_frames
+from app.api.chat.render import CompletionRenderer
+from app.api.chat.serving import Retry
+from app.api.chat.wire import ChatCompletionRequest
+from app.api.http import end_users
+from app.api.http.body_limits import load_json_body, parse_off_loop
 from app.api.http.deps import authenticate, read_limited_body, state_of, turn_slot
 from app.api.http.direct import DirectRoute
 from app.api.http.errors import ApiError, validation_error

@@ -17,9 +17,8 @@ import re
 from decimal import Decimal
 from functools import partial
 
-from app.agent.opening.continuity import VisibleMessage
 from app.agent.structured import schema_problem
-from app.agent.turn_request import IncomingMessage, TurnRequest
+from app.agent.turn_request import IncomingMessage, TurnRequest, VisibleMessage
 from app.api.chat.wire import ChatCompletionRequest, ChatMessageIn
 from app.api.http.end_users import OnBehalf
 from app.api.http.errors import ApiError

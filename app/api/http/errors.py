@@ -6,9 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from app.api.chat.wire import ErrorBody, ErrorResponse
 from app.security.redact import redact_text
 
 _TYPE_BY_STATUS = {
@@ -22,6 +21,17 @@ _TYPE_BY_STATUS = {
     413: "invalid_request_error",
     429: "rate_limit_error",
 }
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
 
 
 class ApiError(Exception):

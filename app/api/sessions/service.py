@@ -12,7 +12,7 @@ import shutil
 import time
 from dataclasses import dataclass
 
-from app.agent.opening.context_files import workspace_key
+from app.agent.context.context_files import workspace_key
 from app.agent.opening.lifecycle import new_session_id
 from app.agent.refusals import ProfileGone, SessionBusy
 from app.agent.turns.manager import TurnManager

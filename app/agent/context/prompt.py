@@ -59,7 +59,7 @@ def build_prompt(
     memory: str = "",
 ) -> PromptTiers:
     """`context_file`: the workspace's context file as a prompt may take it
-    (`app/agent/opening/context_files.py`), never read here."""
+    (`app/agent/context/context_files.py`), never read here."""
     context_parts = [
         profile.instructions.strip(),
         *(c.strip() for c in client_instructions),
