@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.tools import files, workspace
-from app.tools import safe_open as beneath
+from app.tools import files, safe_open, workspace
 from app.tools.builtin import builtin_tools, file_tools
 from app.tools.registry import PathClaim, Tool, ToolContext, ToolError, ToolRegistry
 
@@ -367,9 +366,9 @@ async def test_os_errors_reach_the_model(
 
 
 def test_helpers_are_shared() -> None:
-    # One containment check for every file tool: both modules open through beneath.py.
+    # One containment check for every file tool: both modules open through safe_open.py.
     assert files.open_in_workspace is workspace.open_in_workspace
-    assert files.open_beneath is workspace.open_beneath is beneath.open_beneath
+    assert files.open_beneath is workspace.open_beneath is safe_open.open_beneath
 
 
 # ------------------------------------------------------------------- bounded search

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from app.api.http import body_limits as limits
+from app.api.http import body_limits
 from app.api.http.errors import ApiError
 
 
 def _exact(body: bytes) -> Any:
     """The parse as it was: the stdlib, bounded integers, lone surrogates refused."""
-    return limits._parsed_exactly(body)
+    return body_limits._parsed_exactly(body)
 
 
 def _outcome(parse: Any, body: bytes) -> tuple[str, Any]:
@@ -53,7 +53,7 @@ def test_the_fast_parse_answers_as_the_exact_one_did() -> None:
     rng = random.Random(5)
     for _ in range(20_000):
         body = _mutated(rng)
-        fast = _outcome(lambda b: limits._parsed(b)[0], body)
+        fast = _outcome(lambda b: body_limits._parsed(b)[0], body)
         exact = _outcome(_exact, body)
         if fast[0] == exact[0] == "ok" and fast[1] != fast[1]:
             continue  # NaN is never equal to itself
@@ -79,12 +79,12 @@ def test_the_fast_parse_answers_as_the_exact_one_did() -> None:
 )
 def test_numbers_read_exactly_at_the_edges_of_64_bits(number: str) -> None:
     body = f'{{"seed": {number}, "messages": []}}'.encode()
-    assert limits.load_json_body(body)["seed"] == json.loads(number)
+    assert body_limits.load_json_body(body)["seed"] == json.loads(number)
 
 
 def test_an_integer_past_the_digit_bound_is_still_refused_with_its_reason() -> None:
     with pytest.raises(ApiError, match="digits") as caught:
-        limits.load_json_body(b'{"seed": ' + b"9" * 101 + b"}")
+        body_limits.load_json_body(b'{"seed": ' + b"9" * 101 + b"}")
     assert caught.value.code == "invalid_json"
 
 
@@ -101,24 +101,24 @@ def test_an_integer_past_the_digit_bound_is_still_refused_with_its_reason() -> N
 )
 def test_refusals_keep_their_codes(body: bytes, code: str) -> None:
     with pytest.raises(ApiError) as caught:
-        limits.load_json_body(body)
+        body_limits.load_json_body(body)
     assert caught.value.code == code and caught.value.status == 400
 
 
 def test_nesting_is_counted_as_before() -> None:
     """64 containers inside the body are fine, 65 are not, and the refusal names where."""
     ok = b'{"m": ' + b"[" * 63 + b"]" * 63 + b"}"
-    assert limits.load_json_body(ok)["m"]
+    assert body_limits.load_json_body(ok)["m"]
     deep = {"metadata": {"k": {"k": {"k": {}}}}}
     level = deep["metadata"]["k"]["k"]["k"]
     for _ in range(70):
         level["k"] = {}
         level = level["k"]
     with pytest.raises(ApiError) as caught:
-        limits.load_json_body(json.dumps(deep).encode())
+        body_limits.load_json_body(json.dumps(deep).encode())
     assert caught.value.code == "nested_too_deeply" and caught.value.param == "metadata.k.k.k"
 
 
 def test_nan_is_taken_as_the_stdlib_took_it() -> None:
-    data = limits.load_json_body(b'{"temperature": NaN}')
+    data = body_limits.load_json_body(b'{"temperature": NaN}')
     assert data["temperature"] != data["temperature"]
