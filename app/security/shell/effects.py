@@ -59,6 +59,7 @@ from app.security.shell.words import (
     initial_env,
     name_of,
 )
+from app.security.shell.wrappers import unwrap
 
 _CODE_SUFFIXES = frozenset(
     {"", ".py", ".pth", ".pyc", ".so", ".sh", ".bash", ".zsh", ".js", ".mjs", ".cjs", ".ts"}
@@ -157,7 +158,7 @@ class Reader:
     def invoke(
         self, words: Sequence[Word], command: Command, depth: int, *, scanned: bool = False
     ) -> None:
-        words, per_input = programs.unwrap(words, self, depth)
+        words, per_input = unwrap(words, self, depth)
         if not words:
             return
         name = program_name(words[0])

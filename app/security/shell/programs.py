@@ -1,5 +1,5 @@
 """What each program does with its words: the guard's knowledge of rm, find, git, sed,
-shells, interpreters, wrappers and the rest.
+shells, interpreters and the rest (the wrappers that run them are `wrappers.py`'s).
 
 A handler reads one program's options and operands and tells the reader (`effects.py`)
 what they do: findings that make the guard ask, and the paths written, read, run or named.
@@ -30,9 +30,7 @@ from app.security.shell.findings import (
     Call,
     Finding,
     Role,
-    assignment,
     literal_word,
-    program_name,
 )
 from app.security.shell.interpreters import Language
 from app.security.shell.syntax import Piece, Word
@@ -59,10 +57,6 @@ class Reader(Protocol):
 
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "yash", "fish", "rbash"})
 _PYTHON = re.compile(r"^(?:python|pypy)[0-9.]*$")
-_KEYWORDS = frozenset(
-    {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "{", "}"}
-    | {"coproc", "function", "case", "esac", "in", "((", "))"}
-)
 _TEXT_PROGRAMS = frozenset(
     {"echo", "printf", "true", "false", "exit", "return", "sleep", "seq", "expr", "yes"}
     | {"date", "alias", "type", "which", "hash", "set", "shopt", "trap", "kill", "wait"}
@@ -178,53 +172,6 @@ _EXEC_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 """Options (and, for sqlite3/psql, commands) that run another program; GTFOBins lists more,
 and the sandbox stays the boundary for what this misses."""
-_WRAPPER_VALUES: dict[str, str] = {
-    "sudo": "ugphCDrtTU",
-    "doas": "uC",
-    "env": "uCS",
-    "nice": "n",
-    "ionice": "cnpPu",
-    "timeout": "sk",
-    "gtimeout": "sk",
-    "stdbuf": "ioe",
-    "xargs": "ILnPdEsa",
-    "exec": "a",
-    "time": "fo",
-    "setsid": "",
-    "nohup": "",
-    "command": "",
-    "builtin": "",
-    "busybox": "",
-    "chrt": "",
-    "taskset": "c",
-    "flock": "wEc",
-    "strace": "oepsuIa",
-    "ltrace": "oepsuna",
-    "valgrind": "",
-    "watch": "nd",
-    "script": "cqeEfo",
-    "su": "csgG",
-    "runuser": "csgGu",
-    "sg": "c",
-    "fakeroot": "ifs",
-    "unbuffer": "",
-    "eatmydata": "",
-    "nocache": "",
-    "catchsegv": "",
-    "firejail": "",
-    "proot": "rbw",
-    "chroot": "",
-    "nsenter": "tSGrwm",
-    "unshare": "",
-    "systemd-run": "upE",
-    "caffeinate": "tw",
-    "parallel": "jS",
-}
-"""Programs that run the rest of their words as a command, and their options that take a
-value (`sudo -u root`, `timeout -s KILL`)."""
-_WRAPPER_CODE = {"env": "S", "flock": "c", "script": "c", "su": "c", "runuser": "c", "sg": "c"}
-"""Wrapper options whose value is a whole command line (`env -S 'rm -rf src'`)."""
-_WRAPPER_OPERANDS = {"timeout": 1, "gtimeout": 1, "chroot": 1, "chrt": 1, "taskset": 1}
 INTERESTING = SHELLS | frozenset(
     {"rm", "find", "git", "rsync", "eval", "source", "xargs", "sed", "perl", "ruby", "node"}
     | {"php", "awk", "gawk", "base64", "xxd", "tar", "zip", "crontab", "at"}
@@ -247,65 +194,6 @@ def _has_option(text: str, option: str) -> bool:
     if option.startswith("+"):
         return text.startswith(option)
     return option in text  # a command inside an argument (`sqlite3 x.db ".shell id"`)
-
-
-# ---------------------------------------------------------------- wrappers
-
-
-def unwrap(words: Sequence[Word], reader: Reader, depth: int) -> tuple[list[Word], bool]:
-    """Drop keywords and wrappers (`sudo -u root`, `timeout 5`, `xargs -I{}`) before the
-    program; wrapper options whose value is a command line are read as code. Also says
-    whether the program gets more operands from standard input (xargs, parallel)."""
-    rest = list(words)
-    per_input = False
-    while rest:
-        name = program_name(rest[0])
-        if name in _KEYWORDS:
-            rest = rest[1:]
-            continue
-        if name not in _WRAPPER_VALUES:
-            return rest, per_input
-        per_input |= name in ("xargs", "parallel")
-        values, code = _WRAPPER_VALUES[name], _WRAPPER_CODE.get(name, "")
-        rest = rest[1:]
-        if code:
-            # `su root -c CODE`: the code option may come after an operand.
-            texts = [w.literal() for w in rest]
-            for i, text in enumerate(texts[:-1]):
-                if text is not None and text[:1] == "-" and text[-1:] in code:
-                    reader.code("shell", texts[i + 1], depth)
-        rest = _skip_options(rest, values, _WRAPPER_OPERANDS.get(name, 0))
-        if name == "watch" and rest:
-            # `watch` hands its words to `sh -c`, joined.
-            texts = [w.literal() for w in rest]
-            reader.code("shell", None if None in texts else " ".join(t or "" for t in texts), depth)
-            return [], per_input
-    return rest, per_input
-
-
-def _skip_options(words: list[Word], values: str, operands: int) -> list[Word]:
-    """A wrapper's own options (and leading operands, `timeout 5`) before its command."""
-    rest = list(words)
-    while rest:
-        text = rest[0].literal()
-        if text is None:
-            break
-        if text == "--":
-            return rest[1:]
-        if text.startswith("-") and len(text) > 1:
-            rest = rest[1:]
-            if len(text) == 2 and text[1] in values and rest:
-                rest = rest[1:]
-            continue
-        if assignment(rest[0]) is not None:  # `env X=1 cmd`
-            rest = rest[1:]
-            continue
-        if operands:
-            operands -= 1
-            rest = rest[1:]
-            continue
-        break
-    return rest
 
 
 # ---------------------------------------------------------------- handlers
