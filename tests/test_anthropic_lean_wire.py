@@ -41,8 +41,8 @@ from app.providers.base import (
 )
 from app.providers.clients import UpstreamClients
 from app.providers.messages_sse import MessagesEventDecoder
-from app.providers.openai_chat import SSEDecoder
 from app.providers.sdk_transport import _as_httpx2
+from app.providers.sse_decoder import SSEDecoder
 from tests.support.provider_stream import fold, stream_error
 from tests.support.sdk_reference import sdk_typed_stream
 from tests.support.server import Server, sim_env

@@ -26,13 +26,8 @@ from app.providers.base import (
     UserMessage,
     coalesced,
 )
-from app.providers.openai_chat import (
-    ChatStreamState,
-    SSEDecoder,
-    SSEEvent,
-    build_chat_body,
-    completion_events,
-)
+from app.providers.openai_chat import ChatStreamState, build_chat_body, completion_events
+from app.providers.sse_decoder import SSEDecoder, SSEEvent
 from app.providers.usage import Usage
 
 WEATHER = ToolSpec(

@@ -3,7 +3,7 @@ line-by-line path: every split of a mixed stream must decode to the same events.
 
 from __future__ import annotations
 
-from app.providers.openai_chat import SSEDecoder, SSEEvent
+from app.providers.sse_decoder import SSEDecoder, SSEEvent
 
 MIXED = (
     b'data: {"a": 1}\n\n'

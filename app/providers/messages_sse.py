@@ -2,7 +2,7 @@
 
 Every event of that stream is an `event:` line and one `data:` line, so whole events are
 cut out at blank lines and their data handed to orjson as the bytes that arrived: the
-general decoder (app/providers/openai_chat.py `SSEDecoder`) decodes every line to text
+general decoder (app/providers/sse_decoder.py `SSEDecoder`) decodes every line to text
 first and walks it line by line, which cost more per event than parsing its JSON. Any
 other shape (CR line endings, comments, multi-line data, a stream that opens with a BOM
 mid-buffer) goes through that general decoder, so nothing a lenient server sends is lost.
@@ -10,7 +10,7 @@ mid-buffer) goes through that general decoder, so nothing a lenient server sends
 
 from __future__ import annotations
 
-from app.providers.openai_chat import SSEDecoder
+from app.providers.sse_decoder import SSEDecoder
 
 _BOM = "\ufeff".encode()
 
