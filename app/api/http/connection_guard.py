@@ -25,6 +25,7 @@ import asyncio
 import json
 from collections import Counter
 from dataclasses import dataclass
+from typing import ClassVar, cast
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
@@ -75,112 +76,122 @@ class ConnectionLimits:
     """A request with more header fields than this is answered 431."""
 
 
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the deadlines, the per-IP cap and the bounded head.
+    Each server gets a subclass of its own from `guarded_httptools_protocol`, holding its
+    limits and its count of open connections per peer."""
+
+    limits: ClassVar[ConnectionLimits]
+    open_by_ip: ClassVar[Counter[str]]
+    too_large: ClassVar[bytes]
+    """The 431 answer, encoded once."""
+    _deadline: asyncio.TimerHandle | None = None
+    _phase = "head"
+    _peer: str | None = None
+    _head_bytes = 0
+    """Bytes of reads that ended inside the current request's head."""
+    _reading = 0
+    """The size of the read being parsed."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        peer = self.client[0] if self.client else None
+        if peer is not None:
+            self.open_by_ip[peer] += 1
+            self._peer = peer
+            if self.limits.max_per_ip and self.open_by_ip[peer] > self.limits.max_per_ip:
+                transport.abort()
+                return
+        self._arm(self.limits.header_timeout_s)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._peer is not None:
+            self.open_by_ip[self._peer] -= 1
+            if self.open_by_ip[self._peer] <= 0:
+                del self.open_by_ip[self._peer]
+            self._peer = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._phase == "refused":
+            return  # the rest of a refused head: read, never parsed
+        if self._phase == "idle":
+            self._phase = "head"
+            self._arm(self.limits.header_timeout_s)
+        heading = self._phase == "head"
+        self._reading = len(data)
+        super().data_received(data)
+        if heading and self._phase == "head":
+            # The head is still not complete, so this whole read belonged to it.
+            self._head_bytes += len(data)
+            if self._head_bytes > self.limits.max_header_bytes:
+                self._refuse_head()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_bytes = 0
+
+    def _head_size(self) -> int:
+        if self._head_bytes + self._reading <= self.limits.max_header_bytes:
+            return 0  # everything received so far fits: no need to add it up
+        return len(self.url) + sum(len(n) + len(v) + _FIELD_OVERHEAD for n, v in self.headers)
+
+    def send_400_response(self, msg: str) -> None:
+        if self._phase == "refused":  # our callback stopped the parser
+            self._refuse_head()
+            return
+        super().send_400_response(msg)
+
+    def _refuse_head(self) -> None:
+        self._phase = "refused"
+        self.transport.write(self.too_large)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._arm(LINGER_S)
+
+    def on_headers_complete(self) -> None:
+        # Counted once per request, not per field (a callback per header cost every
+        # request more than the whole check); one read's worth at most got this far.
+        if len(self.headers) > self.limits.max_header_fields or self._head_size() > (
+            self.limits.max_header_bytes
+        ):
+            self._phase = "refused"
+            raise _HeadTooLarge
+        super().on_headers_complete()
+        self._phase = "body"
+        self._arm(self.limits.body_timeout_s)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._phase = "served"
+        self._disarm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._phase == "served":
+            self._phase = "idle"  # uvicorn's keep-alive timer owns idle time
+
+    def _arm(self, delay: float) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(delay, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            self.transport.abort()
+
+
 def guarded_httptools_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
     """The same deadlines and per-IP cap on uvicorn's httptools protocol, the fast parser
     the hot path runs on (about 2.4 ms less CPU per request than h11)."""
-    open_by_ip: Counter[str] = Counter()
-    too_large = _too_large_response(limits)
-
-    class GuardedHttpToolsProtocol(HttpToolsProtocol):
-        _deadline: asyncio.TimerHandle | None = None
-        _phase = "head"
-        _peer: str | None = None
-        _head_bytes = 0
-        """Bytes of reads that ended inside the current request's head."""
-        _reading = 0
-        """The size of the read being parsed."""
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            peer = self.client[0] if self.client else None
-            if peer is not None:
-                open_by_ip[peer] += 1
-                self._peer = peer
-                if limits.max_per_ip and open_by_ip[peer] > limits.max_per_ip:
-                    transport.abort()
-                    return
-            self._arm(limits.header_timeout_s)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            if self._peer is not None:
-                open_by_ip[self._peer] -= 1
-                if open_by_ip[self._peer] <= 0:
-                    del open_by_ip[self._peer]
-                self._peer = None
-            super().connection_lost(exc)
-
-        def data_received(self, data: bytes) -> None:
-            if self._phase == "refused":
-                return  # the rest of a refused head: read, never parsed
-            if self._phase == "idle":
-                self._phase = "head"
-                self._arm(limits.header_timeout_s)
-            heading = self._phase == "head"
-            self._reading = len(data)
-            super().data_received(data)
-            if heading and self._phase == "head":
-                # The head is still not complete, so this whole read belonged to it.
-                self._head_bytes += len(data)
-                if self._head_bytes > limits.max_header_bytes:
-                    self._refuse_head()
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._head_bytes = 0
-
-        def _head_size(self) -> int:
-            if self._head_bytes + self._reading <= limits.max_header_bytes:
-                return 0  # everything received so far fits: no need to add it up
-            return len(self.url) + sum(len(n) + len(v) + _FIELD_OVERHEAD for n, v in self.headers)
-
-        def send_400_response(self, msg: str) -> None:
-            if self._phase == "refused":  # our callback stopped the parser
-                self._refuse_head()
-                return
-            super().send_400_response(msg)
-
-        def _refuse_head(self) -> None:
-            self._phase = "refused"
-            self.transport.write(too_large)
-            if self.transport.can_write_eof():
-                self.transport.write_eof()
-            self._arm(LINGER_S)
-
-        def on_headers_complete(self) -> None:
-            # Counted once per request, not per field (a callback per header cost every
-            # request more than the whole check); one read's worth at most got this far.
-            if len(self.headers) > limits.max_header_fields or self._head_size() > (
-                limits.max_header_bytes
-            ):
-                self._phase = "refused"
-                raise _HeadTooLarge
-            super().on_headers_complete()
-            self._phase = "body"
-            self._arm(limits.body_timeout_s)
-
-        def on_message_complete(self) -> None:
-            super().on_message_complete()
-            self._phase = "served"
-            self._disarm()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if self._phase == "served":
-                self._phase = "idle"  # uvicorn's keep-alive timer owns idle time
-
-        def _arm(self, delay: float) -> None:
-            self._disarm()
-            self._deadline = self.loop.call_later(delay, self._too_slow)
-
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-
-        def _too_slow(self) -> None:
-            self._deadline = None
-            if not self.transport.is_closing():
-                self.transport.abort()
-
-    return GuardedHttpToolsProtocol
+    guarded = {"limits": limits, "open_by_ip": Counter(), "too_large": _too_large_response(limits)}
+    return cast(
+        type[HttpToolsProtocol],
+        type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), guarded),
+    )
