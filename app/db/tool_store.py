@@ -104,6 +104,54 @@ def _window_message(row: MessageRow) -> WindowMessage:
     return WindowMessage(id=row.id, role=row.role, text=_message_text(row), archived=not row.active)
 
 
+_BEST_PER_SESSION = text(
+    "WITH matched AS ("
+    " SELECT rowid AS id, bm25(message_fts, 1.0, 1.0, 0.0) AS score"
+    " FROM message_fts WHERE message_fts MATCH :owned"
+    "), hits AS ("
+    " SELECT m.id AS id, m.session_id AS session_id, matched.score AS score"
+    " FROM matched"
+    " JOIN message m ON m.id = matched.id"
+    " JOIN session s ON s.id = m.session_id"
+    " WHERE s.owner = :owner AND (:any_user OR s.end_user = :end_user)"
+    " AND (m.active = 1 OR m.compacted = 1)"
+    " AND (:session_id IS NULL OR s.id = :session_id)"
+    "), ranked AS ("
+    " SELECT id, session_id, score, ROW_NUMBER() OVER ("
+    "  PARTITION BY session_id ORDER BY score, id DESC) AS rn"
+    " FROM hits"
+    ") SELECT id, session_id FROM ranked WHERE rn = 1"
+    " ORDER BY score, id DESC LIMIT :limit"
+)
+"""The best hit per session, in SQL, so one chatty session cannot crowd the others out of a
+candidate list before deduplication. Ties go to the most recent message. The session's
+owner and end user stay the authority; the index's owner tag is the fast path."""
+
+
+def _around(
+    db: Session, hit: MessageRow, *, before: int, after: int
+) -> tuple[tuple[WindowMessage, ...], tuple[WindowMessage, ...]]:
+    """The messages just before and just after a hit in its session, live or compacted."""
+    visible = (
+        MessageRow.session_id == hit.session_id,
+        col(MessageRow.active).is_(True) | col(MessageRow.compacted).is_(True),
+    )
+    earlier = db.exec(
+        select(MessageRow)
+        .where(*visible, col(MessageRow.id) < hit.id)
+        .order_by(col(MessageRow.id).desc())
+        .limit(before)
+    ).all()
+    later = db.exec(
+        select(MessageRow)
+        .where(*visible, col(MessageRow.id) > hit.id)
+        .order_by(col(MessageRow.id))
+        .limit(after)
+    ).all()
+    shown_before = tuple(_window_message(m) for m in reversed(earlier))
+    return shown_before, tuple(_window_message(m) for m in later)
+
+
 def search_sessions(
     store: Store,
     *,
@@ -135,29 +183,8 @@ def search_sessions(
     owned = f"owner_tag : {tag} AND {match}"
     with Session(store.engine) as db:
         conn = db.connection()
-        # Best hit per session in SQL, so one chatty session cannot crowd the others out
-        # of a candidate list before deduplication. Ties go to the most recent message.
-        # The session's owner and end user stay the authority; the tag is the fast path.
         best = conn.execute(
-            text(
-                "WITH matched AS ("
-                " SELECT rowid AS id, bm25(message_fts, 1.0, 1.0, 0.0) AS score"
-                " FROM message_fts WHERE message_fts MATCH :owned"
-                "), hits AS ("
-                " SELECT m.id AS id, m.session_id AS session_id, matched.score AS score"
-                " FROM matched"
-                " JOIN message m ON m.id = matched.id"
-                " JOIN session s ON s.id = m.session_id"
-                " WHERE s.owner = :owner AND (:any_user OR s.end_user = :end_user)"
-                " AND (m.active = 1 OR m.compacted = 1)"
-                " AND (:session_id IS NULL OR s.id = :session_id)"
-                "), ranked AS ("
-                " SELECT id, session_id, score, ROW_NUMBER() OVER ("
-                "  PARTITION BY session_id ORDER BY score, id DESC) AS rn"
-                " FROM hits"
-                ") SELECT id, session_id FROM ranked WHERE rn = 1"
-                " ORDER BY score, id DESC LIMIT :limit"
-            ),
+            _BEST_PER_SESSION,
             {
                 "owned": owned,
                 "owner": owner,
@@ -191,22 +218,7 @@ def search_sessions(
         hits: list[SearchHit] = []
         for message_id in ids:
             row = rows[message_id]
-            visible = (
-                MessageRow.session_id == row.session_id,
-                col(MessageRow.active).is_(True) | col(MessageRow.compacted).is_(True),
-            )
-            earlier = db.exec(
-                select(MessageRow)
-                .where(*visible, col(MessageRow.id) < message_id)
-                .order_by(col(MessageRow.id).desc())
-                .limit(before)
-            ).all()
-            later = db.exec(
-                select(MessageRow)
-                .where(*visible, col(MessageRow.id) > message_id)
-                .order_by(col(MessageRow.id))
-                .limit(after)
-            ).all()
+            earlier, later = _around(db, row, before=before, after=after)
             hits.append(
                 SearchHit(
                     session_id=row.session_id,
@@ -215,8 +227,8 @@ def search_sessions(
                     role=row.role,
                     archived=not row.active,
                     snippet=str(snippets.get(message_id) or _message_text(row)),
-                    before=tuple(_window_message(m) for m in reversed(earlier)),
-                    after=tuple(_window_message(m) for m in later),
+                    before=earlier,
+                    after=later,
                 )
             )
         return hits
