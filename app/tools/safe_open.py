@@ -127,19 +127,10 @@ def walk(
                 continue
             if stat.S_ISLNK(st.st_mode):
                 hop()
-                try:
-                    target = os.readlink(comp, dir_fd=cur)
-                except OSError as exc:
-                    if exc.errno in (errno.EINVAL, errno.ENOENT):  # swapped back meanwhile
-                        pending.appendleft(comp)
-                        continue  # (already counted as a hop: a swap loop stays bounded)
-                    raise
-                if target.startswith("/"):
-                    parts = _relative_parts(workspace, target, raw)
-                    while len(stack) > 1:
-                        os.close(stack.pop()[0])
-                else:
-                    parts = target.split("/")
+                parts = _link_parts(workspace, raw, stack, comp)
+                if parts is None:  # swapped back meanwhile: look again
+                    pending.appendleft(comp)
+                    continue  # (already counted as a hop: a swap loop stays bounded)
                 pending.extendleft(reversed(parts))
                 continue
             if last:
@@ -166,6 +157,26 @@ def walk(
     finally:
         for fd, _ in stack:
             os.close(fd)
+
+
+def _link_parts(
+    workspace: Path, raw: str, stack: list[tuple[int, str]], comp: str
+) -> list[str] | None:
+    """The components a symlink `comp` (in the directory atop `stack`) points to, to walk
+    next; None if it is no longer a link. An absolute target starts again from the root, so
+    every directory entered is closed; one outside the workspace is refused first."""
+    try:
+        target = os.readlink(comp, dir_fd=stack[-1][0])
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ENOENT):
+            return None
+        raise
+    if not target.startswith("/"):
+        return target.split("/")
+    parts = _relative_parts(workspace, target, raw)
+    while len(stack) > 1:
+        os.close(stack.pop()[0])
+    return parts
 
 
 def _climb_check(depth: int, parts: list[str], raw: str) -> None:
