@@ -156,12 +156,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # Probed now rather than at the first command, so the startup log already says whether
     # the terminal tool is offered and, if not, why (a container without the options).
     await asyncio.to_thread(sandbox_status)
-    tools = ToolRegistry(
-        [
-            *builtin_tools(),
-            *load_plugin_tools(settings.tool_plugin_specs()),
-        ]
-    )
+    tools = ToolRegistry([*builtin_tools(), *load_plugin_tools(settings.tool_plugin_specs())])
     auth = build_authenticator(settings)
     approvals = build_gate(settings, store, auth)
     chat_serving = ChatServing(
