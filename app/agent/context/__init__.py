@@ -1,1 +1,1 @@
-"""What one upstream request carries: the window, compaction, cache marks and the projection."""
+"""One upstream request's contents: prompt, context files, window, compaction, projection, cache."""

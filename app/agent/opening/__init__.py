@@ -1,1 +1,1 @@
-"""Opening a turn: the session found or created, its lease, prompt, tools and profile."""
+"""Opening a turn: the session found or created, its lease, workspace, tool snapshot, profile."""
