@@ -119,14 +119,16 @@ browser-deps:
 browser-test: install browser-deps
 	$(BIN)/python -m pytest -q tests/browser
 
-# Two locks: everything for development, and the runtime subset the container image installs,
-# constrained to the same versions so the image runs exactly what the tests ran.
 # A bounded soak (a few hundred mixed, concurrent turns with tools and hostile bodies):
 # prints 5xx count, escapes, lost rows, descriptor and RSS growth. Not part of `make test`.
 soak: install
 	$(BIN)/python benchmarks/soak.py
 
-lock:
+# Two locks: everything for development, and the runtime subset the container image installs,
+# constrained to the same versions so the image runs exactly what the tests ran. uv is pinned
+# in the test extra, so `make install` brings it and this works from a fresh clone; uv keeps
+# the versions already in the lock files unless pyproject.toml asks for others.
+lock: install
 	$(BIN)/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 -o requirements.lock
 	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 -c requirements.lock -o requirements-runtime.lock
 
