@@ -1,5 +1,6 @@
 """Every link between the README and docs/ leads somewhere: the file exists, and so does the
-heading an `#anchor` names.
+heading an `#anchor` names; every file of the repository the pages name (`app/...`,
+`tests/...`) exists too.
 
 The README is short because it points into docs/; a page renamed or a heading reworded
 would leave a newcomer at a dead link, and nothing else would notice. Anchors follow
@@ -19,6 +20,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _HEADING = re.compile(r"^#{1,6} (.+)$", re.M)
 _FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+# A path in the repository, as prose names one; `tests/test_<area>.py` is a pattern, not a path.
+_REPO_PATH = re.compile(r"\b(?:app|tests|benchmarks|deploy)/[\w./-]+(?![\w<])")
 
 
 def anchor(heading: str) -> str:
@@ -44,6 +47,11 @@ def broken_links(page: Path) -> list[str]:
     return out
 
 
+def missing_paths(page: Path, root: Path = ROOT) -> list[str]:
+    named = {m.rstrip(".") for m in _REPO_PATH.findall(page.read_text())}
+    return sorted(p for p in named if not (root / p).exists())
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_links_lead_somewhere(page: Path) -> None:
     assert broken_links(page) == []
@@ -58,3 +66,21 @@ def test_a_broken_link_is_reported(tmp_path: Path) -> None:
         "```\n[inside a fence](missing-too.md)\n```\n"
     )
     assert [line.split(":")[0] for line in broken_links(page)] == ["missing.md", "other.md#keys"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_named_files_exist(page: Path) -> None:
+    # architecture.md walks requests file by file: a module moved or split would leave the
+    # walk pointing at nothing, and only a reader would find out.
+    assert missing_paths(page) == []
+
+
+def test_a_missing_file_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "app" / "agent").mkdir(parents=True)
+    (tmp_path / "app" / "agent" / "loop.py").write_text("")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "`app/agent/loop.py` runs, then app/agent/gone.py. See `app/agent/` and "
+        "`tests/test_<area>.py`.\n"
+    )
+    assert missing_paths(page, tmp_path) == ["app/agent/gone.py"]
