@@ -107,10 +107,12 @@ CANDIDATE_ROUNDS = 3
 """Rounds of older candidates read while fewer than `limit` sessions are found (one
 chatty session can hold a whole round); past them, older matches are not ranked."""
 DENSE_SPAN = 8
-"""A round's id range at most this many times its candidate count is scored by the terms
-alone: few other rows lie in it. A wider one is scored with the scope's tag in the MATCH,
-whose cost is the scope's own rows (small, when they are that spread out). bm25 over
-`rowid IN (ids)` instead ran one FTS5 lookup, and its whole IDF pass, per id (2 s)."""
+"""A round's id range holding at most this many matches of the terms per candidate is
+scored by the terms alone: bm25 then costs those few rows. Past that (a small scope's
+matches spread among many others': 34,000 rows to score for 8 candidates), it is scored
+with the scope's tag in the MATCH, which costs a pass over every row of the scope (bm25's
+IDF counts the tag's rows: 23 ms at 400,000) but no other scope's rows. bm25 over `rowid IN
+(ids)` instead ran one FTS5 lookup, and its whole IDF pass, per id (2 s for 1,000)."""
 
 _NEWEST = Hot(
     "SELECT rowid FROM message_fts WHERE message_fts MATCH :owned ORDER BY rowid DESC LIMIT :n"
@@ -120,6 +122,11 @@ _NEWEST = Hot(
 _NEWEST_BELOW = Hot(
     "SELECT rowid FROM message_fts WHERE message_fts MATCH :owned AND rowid < :below"
     " ORDER BY rowid DESC LIMIT :n"
+)
+# Counted without bm25 (so without its IDF pass), and only up to the bound that decides.
+_IN_RANGE = Hot(
+    "SELECT count(*) FROM (SELECT rowid FROM message_fts"
+    " WHERE message_fts MATCH :q AND rowid BETWEEN :lo AND :hi LIMIT :n)"
 )
 # bm25 is the same number whichever of the two MATCH forms runs: its IDF counts rows over
 # the whole index and the tag's column weighs 0.
@@ -161,6 +168,16 @@ class _Round:
     """As many candidates as asked for: older matches may remain."""
 
 
+def _few_others(conn: Connection, scope: _Scope, ids: list[int]) -> bool:
+    """Whether the candidates' id range holds few enough matches of the terms (of every
+    scope) to score them all: at once when the range itself is that short."""
+    lo, hi, room = ids[-1], ids[0], DENSE_SPAN * len(ids)
+    if hi - lo < room:
+        return True
+    found = _IN_RANGE.run(conn, {"q": scope.terms, "lo": lo, "hi": hi, "n": room + 1})
+    return int(found.fetchone()[0]) <= room
+
+
 def _round(conn: Connection, scope: _Scope, below: int | None) -> _Round:
     """The next `CANDIDATES` matches of the scope, newest first, below the id `below`."""
     if below is None:
@@ -171,7 +188,7 @@ def _round(conn: Connection, scope: _Scope, below: int | None) -> _Round:
     if not ids:
         return _Round(hits=[], oldest=0, full=False)
     lo, hi = ids[-1], ids[0]
-    q = scope.terms if hi - lo <= DENSE_SPAN * len(ids) else scope.owned
+    q = scope.terms if _few_others(conn, scope, ids) else scope.owned
     scores = dict(_SCORES.run(conn, {"q": q, "lo": lo, "hi": hi}).fetchall())
     visible = dict(_VISIBLE.run(conn, {"ids": json.dumps(ids), **scope.values}).fetchall())
     hits = [(i, str(visible[i]), float(scores[i])) for i in ids if i in visible and i in scores]
