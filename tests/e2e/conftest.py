@@ -1,0 +1,33 @@
+"""The end-to-end tier's fixtures: the upstream simulator process and real Courier servers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from openai import OpenAI
+
+from tests.support.compat import compat_servers  # noqa: F401  (pytest fixtures)
+from tests.support.fixtures import sim, simulator  # noqa: F401  (pytest fixtures)
+from tests.support.server import Server, sim_env
+from tests.support.sim import Simulator
+
+
+@pytest.fixture(scope="module")
+def server(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:  # noqa: F811
+    """A real Courier server on the OpenAI wire against the shared simulator, per module."""
+    srv = Server(
+        data_dir=tmp_path_factory.mktemp("courier"), env=sim_env(simulator.base_url)
+    ).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def client(server: Server) -> OpenAI:
+    return OpenAI(
+        base_url=f"{server.base_url}/v1",
+        api_key=server.api_key,
+        max_retries=0,
+        _strict_response_validation=True,
+    )
