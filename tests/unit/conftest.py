@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.clock import clock  # noqa: F401  (pytest fixture)
 from tests.support.sandbox import sandbox_present  # noqa: F401  (pytest fixture)
+from tests.support.store import db_path, store  # noqa: F401  (pytest fixtures)
 
 
 class ProcessStarted(AssertionError):

@@ -28,25 +28,17 @@ from app.db.models import SessionRow
 from app.db.store import NewMessage, Store
 from app.providers.base import ModelRequest, ProviderError
 from app.providers.usage import Usage
+from tests.support.clock import Clock
 
 SID, LEASE = "sess_test", "lease"
 PROFILE = Profile(context_window=20_000, max_output_tokens=2_000)  # threshold 13,500
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store.open(tmp_path / "c.db")
-    s.create_session(session_id=SID, owner="k", profile="courier", system_prompt="SYSTEM")
-    assert s.acquire_lease(session_id=SID, lease=LEASE, ttl_s=3600)
-    return s
+def store(store: Store) -> Store:
+    store.create_session(session_id=SID, owner="k", profile="courier", system_prompt="SYSTEM")
+    assert store.acquire_lease(session_id=SID, lease=LEASE, ttl_s=3600)
+    return store
 
 
 def _session(store: Store) -> SessionRow:
@@ -197,7 +189,7 @@ async def test_prune_rearms_after_the_prompt_regrows(store: Store) -> None:
 # ------------------------------------------------------------------ compaction
 
 
-async def test_compaction_archives_and_never_deletes(store: Store, tmp_path: Path) -> None:
+async def test_compaction_archives_and_never_deletes(store: Store, db_path: Path) -> None:
     for n in range(30):
         _exchange(store, n, result_chars=400, filler=f"zebra{n} ")
     before = len(store.debug_dump(session_id=SID))
@@ -225,7 +217,7 @@ async def test_compaction_archives_and_never_deletes(store: Store, tmp_path: Pat
     # writer thread, so not on the event loop.)
     search = partial(store.search_messages, session_id=SID, query="zebra3")
     assert await asyncio.to_thread(search)
-    con = sqlite3.connect(tmp_path / "c.db")
+    con = sqlite3.connect(db_path)
     con.execute("UPDATE message SET compacted = 0 WHERE active = 0 AND content LIKE '%zebra3 %'")
     con.commit()
     assert not await asyncio.to_thread(search)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,13 +11,6 @@ from app.agent.context.context_files import ContextWatch, prompt_context
 from app.db.approval_models import INSTRUCTION_CHANGE_RULE
 from app.db.approval_store import ApprovalStore
 from app.db.store import Store
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = Store.open(tmp_path / "courier.db")
-    yield opened
-    opened.close()
 
 
 @pytest.fixture

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
-import pytest
 from sqlalchemy import event
 
 from app.agent.opening.continuity import _canonical, chain
@@ -49,13 +47,6 @@ def test_the_chain_s_bytes_are_those_the_stored_keys_were_made_from() -> None:
         calls = ((f"call_{text[:2]}", "lookup", json.dumps({"q": text, "n": 1})),)
         message = VisibleMessage("assistant", text, calls=calls, call_id=text[-1:], images=(text,))
         assert _canonical(message) == _as_json_wrote_it(message), repr(text)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store.open(tmp_path / "c.db")
-    yield s  # type: ignore[misc]
-    s.close()
 
 
 def _session(store: Store, sid: str, hashes: list[str]) -> None:

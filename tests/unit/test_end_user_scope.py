@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -96,15 +95,13 @@ def _said(store: Store, sid: str, *, owner: str, end_user: str, text: str) -> No
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "courier.db")
+def store(store: Store) -> Store:
     # "alice\nb" cannot arrive (ids are printable) but its tag starts with alice's: only
     # the session's own columns decide, whatever the tag's prefix matches.
     for sid, end_user in (("s-a", "alice"), ("s-b", "bob"), ("s-n", ""), ("s-ab", "alice\nb")):
-        _said(s, sid, owner="key_1", end_user=end_user, text=f"walrus said by {sid}")
-    _said(s, "s-k2", owner="key_2", end_user="alice", text="walrus of another key")
-    yield s
-    s.close()
+        _said(store, sid, owner="key_1", end_user=end_user, text=f"walrus said by {sid}")
+    _said(store, "s-k2", owner="key_2", end_user="alice", text="walrus of another key")
+    return store
 
 
 def _found(store: Store, owner: str, end_user: str | None) -> set[str]:

@@ -19,13 +19,17 @@ from app.db.store import LeaseLost, NewMessage, Store
 from tests.support.ledger import api_call
 
 
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
-    # Verification off: it reads the row on every call, which these tests count.
+@pytest.fixture(autouse=True)
+def _unverified(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Verification off (before any store opens): it reads the row on every call, which
+    # these tests count.
     monkeypatch.setenv("COURIER_VERIFY_LIVE_LOG", "0")
-    s = Store.open(tmp_path / "c.db")
-    s.create_session(session_id="s1", owner="k1", profile="courier", system_prompt="sys")
-    return s
+
+
+@pytest.fixture
+def store(store: Store) -> Store:
+    store.create_session(session_id="s1", owner="k1", profile="courier", system_prompt="sys")
+    return store
 
 
 def _reads(store: Store) -> list[int]:
@@ -88,12 +92,12 @@ def test_a_roll_up_clears_the_cache_break_it_paid_for(store: Store) -> None:
     assert _kept(store).model_dump() == _stored(store)
 
 
-def test_a_stale_kept_cost_still_adds_to_the_stored_one(store: Store, tmp_path: Path) -> None:
+def test_a_stale_kept_cost_still_adds_to_the_stored_one(store: Store, db_path: Path) -> None:
     """Something outside the store changed the cost while the row was kept (an operator's
     correction, another process): the roll-up's compare-and-set misses, reads the stored
     cost and adds to it, so no money is lost or invented."""
     assert store.acquire_lease(session_id="s1", lease="L", ttl_s=60)
-    with sqlite3.connect(tmp_path / "c.db") as other:
+    with sqlite3.connect(db_path) as other:
         other.execute("UPDATE session SET cost_usd = '1.5' WHERE id = 's1'")
     store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=api_call("0.25"))
     assert Decimal(str(_stored(store)["cost_usd"])) == Decimal("1.75")

@@ -40,9 +40,8 @@ LEASE = "L1"
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store.open(tmp_path / "c.db")
-    s.create_session(
+def store(store: Store) -> Store:
+    store.create_session(
         session_id="s1",
         owner="k1",
         profile="courier",
@@ -50,7 +49,7 @@ def store(tmp_path: Path) -> Store:
         lease=LEASE,
         lease_ttl_s=600,
     )
-    return s
+    return store
 
 
 def _append(store: Store, *messages: NewMessage) -> None:

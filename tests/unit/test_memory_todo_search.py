@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,6 @@ from app.tools.todo import TODO, state_tools
 
 ALICE = "fp-alice"
 BOB = "fp-bob"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "c.db")
-    yield s
-    s.close()
 
 
 def ctx(

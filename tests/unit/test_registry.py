@@ -5,14 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.tools.registry import Tool, ToolContext, ToolRegistry
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 async def _handler(args: dict[str, Any], ctx: ToolContext) -> str:

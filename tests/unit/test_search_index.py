@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,12 +19,10 @@ from app.db.tool_store import search_sessions
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "c.db")
-    s.create_session(session_id="s1", owner="k1", profile="courier", system_prompt="sys")
-    assert s.acquire_lease(session_id="s1", lease="L", ttl_s=60)
-    yield s
-    s.close()
+def store(store: Store) -> Store:
+    store.create_session(session_id="s1", owner="k1", profile="courier", system_prompt="sys")
+    assert store.acquire_lease(session_id="s1", lease="L", ttl_s=60)
+    return store
 
 
 def _say(store: Store, *texts: str) -> None:

@@ -15,10 +15,9 @@ from tests.support.ledger import api_call
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store.open(tmp_path / "c.db")
-    s.create_session(session_id="s1", owner="k1", profile="courier", system_prompt="sys")
-    return s
+def store(store: Store) -> Store:
+    store.create_session(session_id="s1", owner="k1", profile="courier", system_prompt="sys")
+    return store
 
 
 def test_schema_creation_is_idempotent(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ land, or (the lease gone) neither does. Real SQLite file, the turn's own BatchRu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,8 @@ LEASE = "lease-1"
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "c.db")
-    s.create_session(
+def store(store: Store) -> Store:
+    store.create_session(
         session_id="s1",
         owner="o",
         profile="courier",
@@ -31,8 +29,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
         lease=LEASE,
         lease_ttl_s=600,
     )
-    yield s
-    s.close()
+    return store
 
 
 async def _echo(args: dict[str, Any], ctx: ToolContext) -> str:

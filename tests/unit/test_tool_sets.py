@@ -23,11 +23,6 @@ SPECS = json.dumps(
 )
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store.open(tmp_path / "c.db")
-
-
 def _create(store: Store, session_id: str, specs: str = SPECS, lease: str | None = None) -> None:
     store.create_session(
         session_id=session_id,
