@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from openai import OpenAI
 
 from tests.support.compat import compat_servers  # noqa: F401  (pytest fixtures)
 from tests.support.fixtures import sim, simulator  # noqa: F401  (pytest fixtures)
-from tests.support.server import Server, sim_env
-from tests.support.sim import Simulator
+from tests.support.server import Server, ServerFactory, module_servers, servers  # noqa: F401
 
 
 @pytest.fixture(scope="module")
-def server(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:  # noqa: F811
+def server(module_servers: ServerFactory) -> Server:  # noqa: F811
     """A real Courier server on the OpenAI wire against the shared simulator, per module."""
-    srv = Server(
-        data_dir=tmp_path_factory.mktemp("courier"), env=sim_env(simulator.base_url)
-    ).start()
-    yield srv
-    srv.stop()
+    return module_servers()
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from agents import (
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 
@@ -30,13 +30,8 @@ def _no_tracing() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def claude(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(
-        data_dir=tmp_path_factory.mktemp("agents-claude"),
-        env=sim_env(simulator.base_url, "anthropic"),
-    ).start()
-    yield srv
-    srv.stop()
+def claude(module_servers: ServerFactory) -> Server:
+    return module_servers("anthropic")
 
 
 @function_tool

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import anthropic
@@ -41,7 +40,7 @@ from app.providers.base import (
 from app.providers.clients import UpstreamClients
 from tests.support.provider_stream import fold, stream_error
 from tests.support.sdk_reference import sdk_typed_stream
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 KEY = "sim-key-anthropic-lean-0123456789"
@@ -365,13 +364,8 @@ async def test_a_garbled_stream_event_is_a_dropped_stream(
 
 
 @pytest.fixture(scope="module")
-def anthropic_server(
-    simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    tmp: Path = tmp_path_factory.mktemp("anthropic-lean")
-    server = Server(data_dir=tmp, env=sim_env(simulator.base_url, "anthropic")).start()
-    yield server
-    server.stop()
+def anthropic_server(module_servers: ServerFactory) -> Server:
+    return module_servers("anthropic")
 
 
 def _chat(server: Server, text: str, **extra: Any) -> httpx.Response:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -20,7 +20,7 @@ from tests.support.approvals import (
     pending,
     tool_results,
 )
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 WIPE = "cd junk && rm -rf *"
@@ -46,20 +46,19 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(
-    simulator: Simulator, ws: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    data = tmp_path_factory.mktemp("data")
-    env = sim_env(
-        simulator.base_url,
+    module_servers: ServerFactory,
+    simulator: Simulator,
+    ws: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Server:
+    config = _config(tmp_path_factory.mktemp("config") / "courier.toml", simulator, ws)
+    return module_servers(
         COURIER_WORKSPACE=str(ws),
         COURIER_APPROVAL_TIMEOUT_S="30",
         COURIER_KEEPALIVE_S="0.2",
         COURIER_TOOL_PLUGINS="tests.support.env_tool:SET_ENV",
-        COURIER_CONFIG=str(_config(data / "courier.toml", simulator, ws)),
+        COURIER_CONFIG=str(config),
     )
-    srv = Server(data_dir=data, env=env).start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture
@@ -278,18 +277,13 @@ def test_bad_decisions_are_refused_clearly(server: Server, sim: Simulator, junk:
 
 @pytest.fixture(scope="module")
 def off_server(
-    simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Server, Path]]:
+    module_servers: ServerFactory, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Server, Path]:
     ws = tmp_path_factory.mktemp("off-ws")
-    env = sim_env(
-        simulator.base_url,
-        COURIER_WORKSPACE=str(ws),
-        COURIER_APPROVALS="off",
-        COURIER_APPROVAL_TIMEOUT_S="30",
+    srv = module_servers(
+        COURIER_WORKSPACE=str(ws), COURIER_APPROVALS="off", COURIER_APPROVAL_TIMEOUT_S="30"
     )
-    srv = Server(data_dir=tmp_path_factory.mktemp("off-data"), env=env).start()
-    yield srv, ws
-    srv.stop()
+    return srv, ws
 
 
 def test_protected_write_asks_even_with_approvals_off(

@@ -11,7 +11,6 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from jose import jwt
 from app.config import ConfigError, load_settings
 from app.security.auth import fingerprint
 from tests.support.approvals import BackgroundTurn, call, decide, pending
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 SECRET = "token-secret-" + "x" * 40
@@ -76,12 +75,10 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(
-    simulator: Simulator, ws: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    data = tmp_path_factory.mktemp("auth-data")
-    env = sim_env(
-        simulator.base_url,
-        COURIER_CONFIG=str(_toml(data / "keys.toml")),
+    module_servers: ServerFactory, ws: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Server:
+    return module_servers(
+        COURIER_CONFIG=str(_toml(tmp_path_factory.mktemp("auth-config") / "keys.toml")),
         COURIER_WORKSPACE=str(ws),
         COURIER_TOKENS_ENABLED="true",
         COURIER_TOKEN_SECRET=SECRET,
@@ -89,9 +86,6 @@ def server(
         COURIER_MAX_CONCURRENT_TURNS="2",
         COURIER_TOOL_PLUGINS="tests.support.slow_tool:WAIT",
     )
-    srv = Server(data_dir=data, env=env).start()
-    yield srv
-    srv.stop()
 
 
 def _h(key: str) -> dict[str, str]:

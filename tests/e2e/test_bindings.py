@@ -31,7 +31,7 @@ import httpx
 import pytest
 
 from tests.support.approvals import BackgroundTurn, call, pending
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 SECRET = "token-secret-" + "b" * 40
@@ -230,12 +230,8 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(
-    simulator: Simulator, ws: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    data = tmp_path_factory.mktemp("bindings-data")
-    env = sim_env(
-        simulator.base_url,
+def server(module_servers: ServerFactory, ws: Path) -> Server:
+    return module_servers(
         COURIER_ADMIN_API_KEY=ADMIN_KEY,
         COURIER_TOKENS_ENABLED="true",
         COURIER_TOKEN_SECRET=SECRET,
@@ -244,9 +240,6 @@ def server(
         COURIER_APPROVAL_TIMEOUT_S="120",
         COURIER_END_USER_HEADERS=USER_HEADER,
     )
-    srv = Server(data_dir=data, env=env).start()
-    yield srv
-    srv.stop()
 
 
 def _key(server: Server, key: str | None = None, **headers: str) -> httpx.Client:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import httpx
 import pytest
 
 from app.tools.sandbox.process import bwrap_available
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 URL = "/v1/chat/completions"
@@ -34,7 +33,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def srv(simulator: Simulator, root: Path) -> Iterator[Server]:
+def srv(module_servers: ServerFactory, simulator: Simulator, root: Path) -> Server:
     """`courier` (sandbox), `host` (local backend) and `voice` (kind voice, sandbox)."""
     for name in ("courier", "host", "voice"):
         (root / name).mkdir()
@@ -53,15 +52,11 @@ def srv(simulator: Simulator, root: Path) -> Iterator[Server]:
         profile.format(name="host", workspace=root / "host", extra='terminal_backend = "local"')
         + profile.format(name="voice", workspace=root / "voice", extra='kind = "voice"')
     )
-    env = sim_env(
-        simulator.base_url,
+    return module_servers(
         COURIER_CONFIG=str(config),
         COURIER_WORKSPACE=str(root / "courier"),
         COURIER_APPROVALS_UNATTENDED="allow",
     )
-    server = Server(data_dir=root / "data", env=env).start()
-    yield server
-    server.stop()
 
 
 def host_pids(marker: bytes) -> list[int]:

@@ -4,25 +4,20 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.server import Server, free_port, sim_env
+from tests.support.server import Server, ServerFactory, free_port
 from tests.support.sim import Simulator
 
 ADMIN_KEY = "admin-key-0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
-def srv(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data: Path = tmp_path_factory.mktemp("caps")
-    env = sim_env(simulator.base_url, COURIER_ADMIN_API_KEY=ADMIN_KEY)
-    server = Server(data_dir=data, env=env).start()
-    yield server
-    server.stop()
+def srv(module_servers: ServerFactory) -> Server:
+    return module_servers(COURIER_ADMIN_API_KEY=ADMIN_KEY)
 
 
 def test_capabilities_describe_profiles_features_and_limits(srv: Server) -> None:
@@ -71,21 +66,17 @@ def test_ready_when_everything_answers(srv: Server) -> None:
     assert all(c == {"ok": True} for c in body["checks"].values())
 
 
-def test_not_ready_names_the_unreachable_upstream(sim: Simulator, tmp_path: Path) -> None:
+def test_not_ready_names_the_unreachable_upstream(servers: ServerFactory) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    env = sim_env(sim.base_url, COURIER_UPSTREAM_BASE_URL=f"{dead}/v1")
-    server = Server(data_dir=tmp_path, env=env).start()
-    try:
-        resp = httpx.get(f"{server.base_url}/health/ready", timeout=30)
-        assert resp.status_code == 503
-        checks = resp.json()["checks"]
-        assert checks["upstream:courier"]["ok"] is False
-        assert "unreachable" in checks["upstream:courier"]["reason"]
-        assert dead not in resp.text  # no URLs to an unauthenticated caller
-        assert checks["database"] == {"ok": True}
-        assert httpx.get(f"{server.base_url}/health").status_code == 200  # still live
-    finally:
-        server.stop()
+    server = servers(COURIER_UPSTREAM_BASE_URL=f"{dead}/v1")
+    resp = httpx.get(f"{server.base_url}/health/ready", timeout=30)
+    assert resp.status_code == 503
+    checks = resp.json()["checks"]
+    assert checks["upstream:courier"]["ok"] is False
+    assert "unreachable" in checks["upstream:courier"]["reason"]
+    assert dead not in resp.text  # no URLs to an unauthenticated caller
+    assert checks["database"] == {"ok": True}
+    assert httpx.get(f"{server.base_url}/health").status_code == 200  # still live
 
 
 def test_not_ready_when_the_database_refuses_writes(srv: Server) -> None:
@@ -130,7 +121,7 @@ def test_openapi_is_for_the_admin_scope_only(srv: Server) -> None:
     assert "/openapi.json" not in paths
 
 
-def test_not_ready_when_the_sandbox_cannot_start(sim: Simulator, tmp_path: Path) -> None:
+def test_not_ready_when_the_sandbox_cannot_start(servers: ServerFactory, tmp_path: Path) -> None:
     # A bwrap that fails every call is what AppArmor or a container without user
     # namespaces leaves behind: the binary is there, no sandbox starts.
     fake = tmp_path / "bin"
@@ -139,18 +130,14 @@ def test_not_ready_when_the_sandbox_cannot_start(sim: Simulator, tmp_path: Path)
         "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n"
     )
     (fake / "bwrap").chmod(0o755)
-    env = sim_env(sim.base_url, PATH=f"{fake}:{os.environ['PATH']}")
-    server = Server(data_dir=tmp_path / "data", env=env).start()
-    try:
-        resp = httpx.get(f"{server.base_url}/health/ready", timeout=30)
-        assert resp.status_code == 503, resp.text
-        checks = resp.json()["checks"]
-        assert checks["sandbox"] == {
-            "ok": False,
-            "reason": "bubblewrap cannot start a sandbox on this host",
-        }
-        assert checks["database"] == {"ok": True}
-        caps = httpx.get(f"{server.base_url}/v1/capabilities", headers=server.headers()).json()
-        assert all("terminal" not in p["tools"] for p in caps["profiles"])  # not offered
-    finally:
-        server.stop()
+    server = servers(PATH=f"{fake}:{os.environ['PATH']}")
+    resp = httpx.get(f"{server.base_url}/health/ready", timeout=30)
+    assert resp.status_code == 503, resp.text
+    checks = resp.json()["checks"]
+    assert checks["sandbox"] == {
+        "ok": False,
+        "reason": "bubblewrap cannot start a sandbox on this host",
+    }
+    assert checks["database"] == {"ok": True}
+    caps = httpx.get(f"{server.base_url}/v1/capabilities", headers=server.headers()).json()
+    assert all("terminal" not in p["tools"] for p in caps["profiles"])  # not offered

@@ -19,14 +19,13 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import REPO_ROOT, Simulator
 
 DOC = REPO_ROOT / "docs" / "clients.md"
@@ -153,7 +152,9 @@ def _toml(profiles: list[dict[str, Any]]) -> str:
 
 
 @pytest.fixture
-def relay_server(simulator: Simulator, tmp_path: Path) -> Iterator[tuple[Server, dict[str, Any]]]:
+def relay_server(
+    servers: ServerFactory, simulator: Simulator, tmp_path: Path
+) -> tuple[Server, dict[str, Any]]:
     config = tomllib.loads(snippets()["courier-toml"][1])
     for profile in config["profiles"]:
         openai_wire = profile.get("provider", "openai") == "openai"
@@ -161,14 +162,11 @@ def relay_server(simulator: Simulator, tmp_path: Path) -> Iterator[tuple[Server,
         profile["api_key"] = "sim-upstream-key"
     path = tmp_path / "courier.toml"
     path.write_text(_toml(config["profiles"]))
-    env = sim_env(simulator.base_url, COURIER_CONFIG=str(path))
-    srv = Server(data_dir=tmp_path / "data", env=env)
     try:
-        srv.start(timeout=60)
+        srv = servers(COURIER_CONFIG=str(path))
     except RuntimeError as exc:
         pytest.fail(f"the server refused the documented courier.toml:\n{str(exc)[-1500:]}")
-    yield srv, config
-    srv.stop()
+    return srv, config
 
 
 def test_open_webui_task_model_and_aliases(
@@ -212,13 +210,11 @@ def test_open_webui_task_model_and_aliases(
     assert answer.json()["choices"][0]["message"]["content"] == "Served by an alias."
 
 
-def test_open_webui_users_and_chats_are_kept_apart(
-    simulator: Simulator, sim: Simulator, tmp_path: Path
-) -> None:
+def test_open_webui_users_and_chats_are_kept_apart(sim: Simulator, servers: ServerFactory) -> None:
     """The documented Courier settings, with the headers Open WebUI forwards: each user's
     chats are listed under them, and a chat id names one session."""
     env = dict(line.split("=", 1) for line in snippets()["courier-end-users-env"][1].splitlines())
-    server = Server(data_dir=tmp_path, env=sim_env(simulator.base_url, **env)).start()
+    server = servers(**env)
 
     def ask(user: str, chat: str, messages: list[dict[str, str]]) -> str:
         sim.script([{"reply": {"text": "hello"}}])
@@ -232,18 +228,15 @@ def test_open_webui_users_and_chats_are_kept_apart(
         assert answer.status_code == 200, answer.text
         return answer.headers["x-session-id"]
 
-    try:
-        hi = [{"role": "user", "content": "hi"}]
-        mine, theirs = ask("u-1", "c-1", hi), ask("u-2", "c-2", hi)
-        assert ask("u-1", "c-1", hi) == mine  # a regenerated first answer: the same chat
-        for user, session in (("u-1", mine), ("u-2", theirs)):
-            listed = httpx.get(
-                f"{server.base_url}/v1/sessions",
-                headers=server.headers(**{"X-OpenWebUI-User-Id": user}),
-            ).json()["data"]
-            assert [s["id"] for s in listed] == [session]
-    finally:
-        server.stop()
+    hi = [{"role": "user", "content": "hi"}]
+    mine, theirs = ask("u-1", "c-1", hi), ask("u-2", "c-2", hi)
+    assert ask("u-1", "c-1", hi) == mine  # a regenerated first answer: the same chat
+    for user, session in (("u-1", mine), ("u-2", theirs)):
+        listed = httpx.get(
+            f"{server.base_url}/v1/sessions",
+            headers=server.headers(**{"X-OpenWebUI-User-Id": user}),
+        ).json()["data"]
+        assert [s["id"] for s in listed] == [session]
 
 
 _FIELDS = re.compile(r"<!-- fields -->\n(.*?)\n<!-- /fields -->", re.S)

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from app.simulator import anthropic_wire
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 SUMMARISER = "You write compact, faithful working notes"
@@ -49,64 +49,59 @@ def _db(server: Server) -> sqlite3.Connection:
     return sqlite3.connect(server.data_dir / "courier.db")
 
 
-def test_overflow_compacts_and_retries(sim: Simulator, tmp_path: Path) -> None:
-    env = sim_env(
-        sim.base_url,
+def test_overflow_compacts_and_retries(
+    sim: Simulator, servers: ServerFactory, tmp_path: Path
+) -> None:
+    server = servers(
         "anthropic",
         COURIER_WORKSPACE=str(_workspace(tmp_path)),
         COURIER_CONTEXT_WINDOW="40000",
         COURIER_MAX_OUTPUT_TOKENS="1000",
         COURIER_COMPACTION_THRESHOLD="1.0",
     )
-    server = Server(data_dir=tmp_path / "data", env=env).start()
-    try:
-        sid = None
-        for n in range(8):
-            sim.script(_read_turn(n))
-            sid = _turn(server, sid, f"read part {n}").headers["x-session-id"]
-        sim.assert_script_done()
-        # The upstream's real window is smaller than configured: the next call overflows.
-        sim.configure(context_window=16_000)
-        sim.script(
-            [
-                {"reply": {"text": "never sent: this step is used up by the overflow"}},
-                {"expect": {"system_contains": SUMMARISER}, "reply": {"text": "## Goal\n- read"}},
-                {"expect": {"last_user_contains": "what now"}, "reply": {"text": "recovered"}},
-            ]
-        )
-        resp = _turn(server, sid, "what now?")
-        assert resp.json()["choices"][0]["message"]["content"] == "recovered"
-        sim.assert_script_done()
-        con = _db(server)
-        outcomes = [r[0] for r in con.execute("SELECT outcome FROM api_call ORDER BY id")]
-        assert outcomes[-3:] == ["context_overflow", "ok", "ok"]
-        (compactions,) = con.execute("SELECT compactions FROM session").fetchone()
-        assert compactions == 1
-        breaks = [r[0] for r in con.execute("SELECT cache_break FROM api_call ORDER BY id")]
-        assert breaks[-1] == "compaction"
-    finally:
-        server.stop()
+    sid = None
+    for n in range(8):
+        sim.script(_read_turn(n))
+        sid = _turn(server, sid, f"read part {n}").headers["x-session-id"]
+    sim.assert_script_done()
+    # The upstream's real window is smaller than configured: the next call overflows.
+    sim.configure(context_window=16_000)
+    sim.script(
+        [
+            {"reply": {"text": "never sent: this step is used up by the overflow"}},
+            {"expect": {"system_contains": SUMMARISER}, "reply": {"text": "## Goal\n- read"}},
+            {"expect": {"last_user_contains": "what now"}, "reply": {"text": "recovered"}},
+        ]
+    )
+    resp = _turn(server, sid, "what now?")
+    assert resp.json()["choices"][0]["message"]["content"] == "recovered"
+    sim.assert_script_done()
+    con = _db(server)
+    outcomes = [r[0] for r in con.execute("SELECT outcome FROM api_call ORDER BY id")]
+    assert outcomes[-3:] == ["context_overflow", "ok", "ok"]
+    (compactions,) = con.execute("SELECT compactions FROM session").fetchone()
+    assert compactions == 1
+    breaks = [r[0] for r in con.execute("SELECT cache_break FROM api_call ORDER BY id")]
+    assert breaks[-1] == "compaction"
 
 
-def test_prefix_stability_across_a_compaction(sim: Simulator, tmp_path: Path) -> None:
-    env = sim_env(
-        sim.base_url,
+def test_prefix_stability_across_a_compaction(
+    sim: Simulator, servers: ServerFactory, tmp_path: Path
+) -> None:
+    server = servers(
         "anthropic",
         COURIER_WORKSPACE=str(_workspace(tmp_path)),
         COURIER_CONTEXT_WINDOW="24000",
         COURIER_MAX_OUTPUT_TOKENS="1000",
     )
-    server = Server(data_dir=tmp_path / "data", env=env).start()
-    try:
-        # No script: the simulator's demo policy reads the named file, answers from it,
-        # and answers a summary request like any question, wherever compaction fires.
-        sid = None
-        for n in range(16):
-            sid = _turn(server, sid, f"please read f{n % 4}.txt").headers["x-session-id"]
-    finally:
-        server.stop()
+    # No script: the simulator's demo policy reads the named file, answers from it,
+    # and answers a summary request like any question, wherever compaction fires.
+    sid = None
+    for n in range(16):
+        sid = _turn(server, sid, f"please read f{n % 4}.txt").headers["x-session-id"]
+    server.stop()
     bodies = [json.loads(r["body"]) for r in sim.requests() if r["path"] == "/v1/messages"]
-    con = sqlite3.connect(tmp_path / "data" / "courier.db")
+    con = sqlite3.connect(server.data_dir / "courier.db")
     ledger = [r[0] for r in con.execute("SELECT cache_break FROM api_call ORDER BY id")]
     (compactions,) = con.execute("SELECT compactions FROM session").fetchone()
     assert len(bodies) == len(ledger) and compactions >= 1
@@ -127,41 +122,36 @@ def test_prefix_stability_across_a_compaction(sim: Simulator, tmp_path: Path) ->
     assert [mark for _, mark in main].count("compaction") == compactions
 
 
-def test_idle_resume_prunes_a_cold_prefix(sim: Simulator, tmp_path: Path) -> None:
-    env = sim_env(
-        sim.base_url,
+def test_idle_resume_prunes_a_cold_prefix(
+    sim: Simulator, servers: ServerFactory, tmp_path: Path
+) -> None:
+    server = servers(
         "anthropic",
         COURIER_WORKSPACE=str(_workspace(tmp_path)),
         COURIER_CONTEXT_WINDOW="200000",
     )
-    server = Server(data_dir=tmp_path / "data", env=env).start()
-    try:
-        sid = None
-        for n in range(10):
-            sim.script(_read_turn(n))
-            sid = _turn(server, sid, f"read part {n}").headers["x-session-id"]
-        con = _db(server)
-        (warm_prompt,) = con.execute(
-            "SELECT input_tokens + cache_read_tokens + cache_write_tokens FROM api_call "
-            "ORDER BY id DESC LIMIT 1"
-        ).fetchone()
-        # Come back after lunch: longer than the 5 minute cache TTL, on both clocks.
-        con.execute("UPDATE session SET last_call_at = ?", (time.time() - 400,))
-        con.commit()
-        sim.advance_clock(400)
-        sim.script([{"reply": {"text": "welcome back"}}])
-        _turn(server, sid, "I am back")
-        row = con.execute(
-            "SELECT cache_break, input_tokens + cache_read_tokens + cache_write_tokens, "
-            "cache_read_tokens FROM api_call ORDER BY id DESC LIMIT 1"
-        ).fetchone()
-        assert row[0] == "prune"
-        assert row[1] < warm_prompt / 2  # old tool output went, the prefix was cold anyway
-        assert row[2] == 0
-        # Pruned output is one recall away.
-        stub = con.execute(
-            "SELECT api_content FROM message WHERE kind = 'pruned' LIMIT 1"
-        ).fetchone()
-        assert "recall(message_id=" in stub[0]
-    finally:
-        server.stop()
+    sid = None
+    for n in range(10):
+        sim.script(_read_turn(n))
+        sid = _turn(server, sid, f"read part {n}").headers["x-session-id"]
+    con = _db(server)
+    (warm_prompt,) = con.execute(
+        "SELECT input_tokens + cache_read_tokens + cache_write_tokens FROM api_call "
+        "ORDER BY id DESC LIMIT 1"
+    ).fetchone()
+    # Come back after lunch: longer than the 5 minute cache TTL, on both clocks.
+    con.execute("UPDATE session SET last_call_at = ?", (time.time() - 400,))
+    con.commit()
+    sim.advance_clock(400)
+    sim.script([{"reply": {"text": "welcome back"}}])
+    _turn(server, sid, "I am back")
+    row = con.execute(
+        "SELECT cache_break, input_tokens + cache_read_tokens + cache_write_tokens, "
+        "cache_read_tokens FROM api_call ORDER BY id DESC LIMIT 1"
+    ).fetchone()
+    assert row[0] == "prune"
+    assert row[1] < warm_prompt / 2  # old tool output went, the prefix was cold anyway
+    assert row[2] == 0
+    # Pruned output is one recall away.
+    stub = con.execute("SELECT api_content FROM message WHERE kind = 'pruned' LIMIT 1").fetchone()
+    assert "recall(message_id=" in stub[0]

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.server import Server, sim_env
+from tests.support.server import ServerFactory
 from tests.support.sim import Simulator
 
 
@@ -39,16 +39,15 @@ def _wait_for(predicate: Any, timeout: float = 20.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
-def test_kill_during_tool_call_then_resume(sim: Simulator, tmp_path: Path) -> None:
+def test_kill_during_tool_call_then_resume(
+    sim: Simulator, servers: ServerFactory, tmp_path: Path
+) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    env = sim_env(
-        sim.base_url,
-        COURIER_TOOL_PLUGINS="tests.support.slow_tool:WAIT",
-        COURIER_WORKSPACE=str(workspace),
+    server = servers(
+        COURIER_TOOL_PLUGINS="tests.support.slow_tool:WAIT", COURIER_WORKSPACE=str(workspace)
     )
-    server = Server(data_dir=tmp_path / "data", env=env).start()
-    db = tmp_path / "data" / "courier.db"
+    db = server.data_dir / "courier.db"
     sim.script(
         [
             {
@@ -95,35 +94,32 @@ def test_kill_during_tool_call_then_resume(sim: Simulator, tmp_path: Path) -> No
     assert json.loads(rows[1]["tool_calls"])[0]["id"] == "call_wait_1"
 
     server.start()
-    try:
-        sim.script(
-            [
-                {
-                    "expect": {"last_user_contains": "still there?"},
-                    "reply": {"text": "Yes, the wait was interrupted."},
-                }
-            ]
-        )
-        resp = httpx.post(
-            f"{server.base_url}/v1/chat/completions",
-            json={"model": "courier", "messages": [{"role": "user", "content": "still there?"}]},
-            headers=server.headers(**{"X-Session-Id": sid}),
-            timeout=30,
-        )
-        assert resp.status_code == 200, resp.text
-        sim.assert_script_done()
-        upstream = json.loads(sim.requests()[-1]["body"])["messages"]
-        shape = [(m["role"], m.get("tool_call_id")) for m in upstream if m["role"] != "system"]
-        assert shape == [
-            ("user", None),
-            ("assistant", None),
-            ("tool", "call_wait_1"),
-            ("user", None),
+    sim.script(
+        [
+            {
+                "expect": {"last_user_contains": "still there?"},
+                "reply": {"text": "Yes, the wait was interrupted."},
+            }
         ]
-        closing = next(m for m in upstream if m["role"] == "tool")
-        assert "interrupted" in closing["content"]
-        # The repair is in the durable log too, directly after the call.
-        roles = [r["role"] for r in _rows(db, sid)]
-        assert roles == ["user", "assistant", "tool", "user", "assistant"]
-    finally:
-        server.stop()
+    )
+    resp = httpx.post(
+        f"{server.base_url}/v1/chat/completions",
+        json={"model": "courier", "messages": [{"role": "user", "content": "still there?"}]},
+        headers=server.headers(**{"X-Session-Id": sid}),
+        timeout=30,
+    )
+    assert resp.status_code == 200, resp.text
+    sim.assert_script_done()
+    upstream = json.loads(sim.requests()[-1]["body"])["messages"]
+    shape = [(m["role"], m.get("tool_call_id")) for m in upstream if m["role"] != "system"]
+    assert shape == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", "call_wait_1"),
+        ("user", None),
+    ]
+    closing = next(m for m in upstream if m["role"] == "tool")
+    assert "interrupted" in closing["content"]
+    # The repair is in the durable log too, directly after the call.
+    roles = [r["role"] for r in _rows(db, sid)]
+    assert roles == ["user", "assistant", "tool", "user", "assistant"]

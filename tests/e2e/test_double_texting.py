@@ -8,14 +8,13 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 URL = "/v1/chat/completions"
@@ -27,17 +26,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def srv(
-    simulator: Simulator, workspace: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    env = sim_env(
-        simulator.base_url,
-        COURIER_TOOL_PLUGINS="tests.support.slow_tool:WAIT",
-        COURIER_WORKSPACE=str(workspace),
+def srv(module_servers: ServerFactory, workspace: Path) -> Server:
+    return module_servers(
+        COURIER_TOOL_PLUGINS="tests.support.slow_tool:WAIT", COURIER_WORKSPACE=str(workspace)
     )
-    server = Server(data_dir=tmp_path_factory.mktemp("busy"), env=env).start()
-    yield server
-    server.stop()
 
 
 def _wait_for(predicate: Any, timeout: float = 20.0) -> None:

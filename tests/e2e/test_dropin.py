@@ -6,14 +6,13 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 END_CALL = {
@@ -237,12 +236,8 @@ def test_greeting_and_trailing_instruction_on_the_openai_wire(
 
 
 @pytest.fixture(scope="module")
-def claude(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(
-        data_dir=tmp_path_factory.mktemp("claude"), env=sim_env(simulator.base_url, "anthropic")
-    ).start()
-    yield srv
-    srv.stop()
+def claude(module_servers: ServerFactory) -> Server:
+    return module_servers("anthropic")
 
 
 def test_greeting_instruction_and_prefill_on_the_anthropic_wire(
@@ -442,9 +437,10 @@ def test_a_cancelled_idempotent_turn_is_never_replayed_as_success(
 
 
 @pytest.fixture(scope="module")
-def configured(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data = tmp_path_factory.mktemp("configured")
-    config = data / "courier.toml"
+def configured(
+    module_servers: ServerFactory, simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
+) -> Server:
+    config = tmp_path_factory.mktemp("configured") / "courier.toml"
     config.write_text(
         "[[profiles]]\n"
         'name = "tasks"\n'
@@ -454,15 +450,11 @@ def configured(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -
         'model = "gpt-4o-mini"\n'
         'aliases = ["gpt-4o-mini"]\n'
     )
-    env = sim_env(
-        simulator.base_url,
+    return module_servers(
         COURIER_CONFIG=str(config),
         COURIER_CORS_ORIGINS="https://cockpit.example",
         COURIER_MODEL_ALIASES="gpt-4.1",
     )
-    srv = Server(data_dir=data, env=env).start()
-    yield srv
-    srv.stop()
 
 
 def test_cors_preflight_allowed_and_foreign_origin_refused(configured: Server) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 URL = "/v1/chat/completions"
@@ -45,43 +45,37 @@ def _body(text: str, **extra: Any) -> dict[str, Any]:
 
 
 def test_replay_after_restart_is_identical_and_costs_nothing(
-    sim: Simulator, tmp_path: Path
+    sim: Simulator, servers: ServerFactory
 ) -> None:
-    server = Server(data_dir=tmp_path / "data", env=sim_env(sim.base_url)).start()
-    try:
-        sim.script([{"reply": {"text": "Stored answer."}}, {"reply": {"text": "Streamed one."}}])
-        first = _post(server, _body("plain"), "key-plain")
-        assert first.status_code == 200, first.text
-        streamed = _stream(server, _body("streamy", stream=True), "key-stream")
-        sim.assert_script_done()
-    finally:
-        server.stop()
+    server = servers()
+    sim.script([{"reply": {"text": "Stored answer."}}, {"reply": {"text": "Streamed one."}}])
+    first = _post(server, _body("plain"), "key-plain")
+    assert first.status_code == 200, first.text
+    streamed = _stream(server, _body("streamy", stream=True), "key-stream")
+    sim.assert_script_done()
+    server.stop()
     upstream_before = len(sim.requests())
     server.start()
-    try:
-        again = _post(server, _body("plain"), "key-plain")
-        assert again.status_code == 200, again.text
-        assert again.json() == first.json()  # same id, created, text, usage and cost
-        replayed = _stream(server, _body("streamy", stream=True), "key-stream")
-        assert replayed == streamed
-        assert len(sim.requests()) == upstream_before  # nothing ran again
-        # Another body under a used key is refused, also from the database.
-        other = _post(server, _body("something else"), "key-plain")
-        assert other.status_code == 409, other.text
-        assert other.json()["error"]["code"] == "idempotency_key_reused"
-    finally:
-        server.stop()
+    again = _post(server, _body("plain"), "key-plain")
+    assert again.status_code == 200, again.text
+    assert again.json() == first.json()  # same id, created, text, usage and cost
+    replayed = _stream(server, _body("streamy", stream=True), "key-stream")
+    assert replayed == streamed
+    assert len(sim.requests()) == upstream_before  # nothing ran again
+    # Another body under a used key is refused, also from the database.
+    other = _post(server, _body("something else"), "key-plain")
+    assert other.status_code == 409, other.text
+    assert other.json()["error"]["code"] == "idempotency_key_reused"
 
 
-def test_a_turn_cut_off_by_a_crash_replays_as_a_failure(sim: Simulator, tmp_path: Path) -> None:
+def test_a_turn_cut_off_by_a_crash_replays_as_a_failure(
+    sim: Simulator, servers: ServerFactory, tmp_path: Path
+) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    env = sim_env(
-        sim.base_url,
-        COURIER_TOOL_PLUGINS="tests.support.slow_tool:WAIT",
-        COURIER_WORKSPACE=str(workspace),
+    server = servers(
+        COURIER_TOOL_PLUGINS="tests.support.slow_tool:WAIT", COURIER_WORKSPACE=str(workspace)
     )
-    server = Server(data_dir=tmp_path / "data", env=env).start()
     call = {"name": "wait", "arguments": {"seconds": 60}, "id": "w_idem"}
     sim.script([{"reply": {"text": "Waiting.", "tool_calls": [call]}}])
     body = _body("wait then answer")
@@ -99,12 +93,9 @@ def test_a_turn_cut_off_by_a_crash_replays_as_a_failure(sim: Simulator, tmp_path
     server.kill()
     thread.join(10)
     server.start()
-    try:
-        before = len(sim.requests())
-        resp = _post(server, body, "key-crash")
-        assert resp.status_code == 409, resp.text
-        assert resp.json()["error"]["code"] == "turn_cancelled"
-        assert resp.headers["x-should-retry"] == "false"
-        assert len(sim.requests()) == before  # never an empty success, never a rerun
-    finally:
-        server.stop()
+    before = len(sim.requests())
+    resp = _post(server, body, "key-crash")
+    assert resp.status_code == 409, resp.text
+    assert resp.json()["error"]["code"] == "turn_cancelled"
+    assert resp.headers["x-should-retry"] == "false"
+    assert len(sim.requests()) == before  # never an empty success, never a rerun

@@ -7,14 +7,12 @@ chat id (a session header) continues the same session, for its own key and end u
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 USER_HEADER = "X-OpenWebUI-User-Id"
@@ -23,16 +21,12 @@ ADMIN_KEY = "end-users-admin-key-0123456789"
 
 
 @pytest.fixture(scope="module")
-def srv(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    env = sim_env(
-        simulator.base_url,
+def srv(module_servers: ServerFactory) -> Server:
+    return module_servers(
         COURIER_END_USER_HEADERS=USER_HEADER,
         COURIER_SESSION_HEADERS=CHAT_HEADER,
         COURIER_ADMIN_API_KEY=ADMIN_KEY,
     )
-    server = Server(data_dir=tmp_path_factory.mktemp("end-users"), env=env).start()
-    yield server
-    server.stop()
 
 
 def _as(via: str, user: str | None) -> tuple[dict[str, str], dict[str, Any]]:
@@ -323,29 +317,25 @@ def test_responses_api_scopes_by_end_user(srv: Server, sim: Simulator) -> None:
     assert again.status_code == 200 and again.json()["session_id"] == mine.json()["session_id"]
 
 
-def test_the_end_user_spend_cap_refuses(sim: Simulator, tmp_path: Path) -> None:
-    env = sim_env(sim.base_url, COURIER_SPEND_CAP_END_USER_USD="0.0000001")
-    server = Server(data_dir=tmp_path, env=env).start()
+def test_the_end_user_spend_cap_refuses(sim: Simulator, servers: ServerFactory) -> None:
+    server = servers(COURIER_SPEND_CAP_END_USER_USD="0.0000001")
     tool_turn = [
         {"reply": {"tool_calls": [_call("todo", action="list")]}},
         {"reply": {"text": "unreachable"}},
     ]
-    try:
+    sim.reset()
+    sim.script(tool_turn[:1])
+    first = _chat(server, [{"role": "user", "content": "x"}], user="ivan")
+    assert first.status_code == 402, first.text  # the second call would pass the cap
+    sim.reset()
+    again = _chat(server, [{"role": "user", "content": "y"}], user="ivan")
+    assert again.status_code == 402
+    assert again.json()["error"]["code"] == "spend_limit_reached"
+    assert "end user" in again.json()["error"]["message"]
+    assert not sim.requests()  # refused before any upstream call
+    # Another end user of the same key, and the key without one, still run.
+    for body in ({"user": "judy"}, {}):
         sim.reset()
-        sim.script(tool_turn[:1])
-        first = _chat(server, [{"role": "user", "content": "x"}], user="ivan")
-        assert first.status_code == 402, first.text  # the second call would pass the cap
-        sim.reset()
-        again = _chat(server, [{"role": "user", "content": "y"}], user="ivan")
-        assert again.status_code == 402
-        assert again.json()["error"]["code"] == "spend_limit_reached"
-        assert "end user" in again.json()["error"]["message"]
-        assert not sim.requests()  # refused before any upstream call
-        # Another end user of the same key, and the key without one, still run.
-        for body in ({"user": "judy"}, {}):
-            sim.reset()
-            sim.script([{"reply": {"text": "fine"}}])
-            ok = _chat(server, [{"role": "user", "content": "z"}], **body)
-            assert ok.status_code == 200, ok.text
-    finally:
-        server.stop()
+        sim.script([{"reply": {"text": "fine"}}])
+        ok = _chat(server, [{"role": "user", "content": "z"}], **body)
+        assert ok.status_code == 200, ok.text

@@ -5,23 +5,23 @@ to the next profile (another wire), a permanent error costing exactly one upstre
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 URL = "/v1/chat/completions"
 
 
 @pytest.fixture(scope="module")
-def chained(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def chained(
+    module_servers: ServerFactory, simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
+) -> Server:
     """The default profile (OpenAI wire) falls back to `backup` (Anthropic wire)."""
-    data = tmp_path_factory.mktemp("fallback")
-    config = data / "courier.toml"
+    config = tmp_path_factory.mktemp("fallback") / "courier.toml"
     config.write_text(
         "[[profiles]]\n"
         'name = "backup"\n'
@@ -31,10 +31,7 @@ def chained(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> I
         'model = "claude-sonnet-4-5"\n'
         "retry_base_delay_s = 0.01\n"
     )
-    env = sim_env(simulator.base_url, COURIER_CONFIG=str(config), COURIER_FALLBACK="backup")
-    srv = Server(data_dir=data, env=env).start()
-    yield srv
-    srv.stop()
+    return module_servers(COURIER_CONFIG=str(config), COURIER_FALLBACK="backup")
 
 
 def _chat(server: Server, text: str) -> httpx.Response:

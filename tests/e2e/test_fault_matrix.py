@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from app.agent.context.compressor import OVERFLOW_RETRIES
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 OK = {"reply": {"text": "Recovered."}}
@@ -159,13 +159,13 @@ def _file_workspace(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module", params=["openai", "anthropic"])
 def wire(
     request: pytest.FixtureRequest,
-    simulator: Simulator,
+    module_servers: ServerFactory,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Server]:
-    """A server on each wire with a short upstream timeout and keepalive interval."""
+    """A server on each wire with a short upstream timeout and keepalive interval; stopped
+    when the other wire's tests begin, so only one runs at a time."""
     tmp = tmp_path_factory.mktemp(f"faults-{request.param}")
-    env = sim_env(
-        simulator.base_url,
+    server = module_servers(
         request.param,
         COURIER_UPSTREAM_TIMEOUT_S=str(UPSTREAM_TIMEOUT_S),
         COURIER_KEEPALIVE_S=str(KEEPALIVE_S),
@@ -174,7 +174,6 @@ def wire(
         COURIER_MAX_OUTPUT_TOKENS="1000",
         COURIER_COMPACTION_THRESHOLD="1.0",
     )
-    server = Server(data_dir=tmp / "data", env=env).start()
     yield server
     server.stop()
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 METRICS_KEY = "metrics-key-0123456789abcdef"
@@ -77,98 +77,82 @@ def _sent(sim: Simulator) -> list[dict[str, Any]]:
     return messages
 
 
-def _start(data_dir: Path, sim: Simulator, **extra: str) -> Server:
-    env = sim_env(sim.base_url, COURIER_METRICS_API_KEY=METRICS_KEY, **extra)
-    return Server(data_dir=data_dir, env=env).start()
+def _start(servers: ServerFactory, data_dir: Path | None = None, **extra: str) -> Server:
+    return servers(data_dir=data_dir, COURIER_METRICS_API_KEY=METRICS_KEY, **extra)
 
 
 def test_a_long_first_call_sizes_projects_and_encodes_on_a_worker(
-    sim: Simulator, tmp_path: Path
+    sim: Simulator, servers: ServerFactory
 ) -> None:
-    server = _start(tmp_path / "data", sim)
-    try:
-        sim.script([{"reply": {"text": "short"}}])
-        before = _passes(server)
-        _chat(server, [{"role": "user", "content": "hi"}])
-        # A short session costs no hop: nothing it does is a long pass.
-        assert _delta(_passes(server), before) == {}
+    server = _start(servers)
+    sim.script([{"reply": {"text": "short"}}])
+    before = _passes(server)
+    _chat(server, [{"role": "user", "content": "hi"}])
+    # A short session costs no hop: nothing it does is a long pass.
+    assert _delta(_passes(server), before) == {}
 
-        sim.script([{"reply": {"text": "long"}}])
-        before = _passes(server)
-        history = _history(100)
-        sid = _chat(server, history)
-        # Every pass over the 201 rows ran on a worker; the log was never read (kept
-        # from the session's creation), and the loop made no long pass at all.
-        assert _delta(_passes(server), before) == {
-            "size@worker": 1,
-            "project@worker": 1,
-            "encode@worker": 1,
-        }
-        sent = _sent(sim)
-        assert [m["content"] for m in sent if m["role"] != "system"] == [
-            m["content"] for m in history
-        ]
+    sim.script([{"reply": {"text": "long"}}])
+    before = _passes(server)
+    history = _history(100)
+    sid = _chat(server, history)
+    # Every pass over the 201 rows ran on a worker; the log was never read (kept
+    # from the session's creation), and the loop made no long pass at all.
+    assert _delta(_passes(server), before) == {
+        "size@worker": 1,
+        "project@worker": 1,
+        "encode@worker": 1,
+    }
+    sent = _sent(sim)
+    assert [m["content"] for m in sent if m["role"] != "system"] == [m["content"] for m in history]
 
-        # The next call of the session resumes from what the first one kept.
-        sim.script([{"reply": {"text": "more"}}])
-        before = _passes(server)
-        _chat(server, [{"role": "user", "content": "one more"}], sid)
-        assert _delta(_passes(server), before) == {}
-        sim.assert_script_done()
-    finally:
-        server.stop()
+    # The next call of the session resumes from what the first one kept.
+    sim.script([{"reply": {"text": "more"}}])
+    before = _passes(server)
+    _chat(server, [{"role": "user", "content": "one more"}], sid)
+    assert _delta(_passes(server), before) == {}
+    sim.assert_script_done()
 
 
-def test_a_restarted_server_reads_a_long_log_on_a_worker(sim: Simulator, tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    server = _start(data, sim)
-    try:
-        sim.script([{"reply": {"text": "long"}}])
-        sid = _chat(server, _history(100))
-    finally:
-        server.stop()
-    server = _start(data, sim)
-    try:
-        sim.script([{"reply": {"text": "after the restart"}}])
-        before = _passes(server)
-        _chat(server, [{"role": "user", "content": "still there?"}], sid)
-        # Nothing is kept after a restart: the 203 rows are read, sized, projected and
-        # encoded again, on workers (the turn's opening, on the store's writer thread,
-        # also reads and folds them to find open tool calls), never on the loop.
-        passes = _delta(_passes(server), before)
-        assert {key.partition("@")[0] for key in passes} == {"load", "size", "project", "encode"}
-        assert not [key for key in passes if key.endswith("@loop")], passes
-        sent = [m["content"] for m in _sent(sim) if m["role"] != "system"]
-        assert len(sent) == 203 and sent[-3:] == ["and finally?", "long", "still there?"]
-        sim.assert_script_done()
-    finally:
-        server.stop()
+def test_a_restarted_server_reads_a_long_log_on_a_worker(
+    sim: Simulator, servers: ServerFactory
+) -> None:
+    server = _start(servers)
+    sim.script([{"reply": {"text": "long"}}])
+    sid = _chat(server, _history(100))
+    server.stop()
+    server = _start(servers, server.data_dir)
+    sim.script([{"reply": {"text": "after the restart"}}])
+    before = _passes(server)
+    _chat(server, [{"role": "user", "content": "still there?"}], sid)
+    # Nothing is kept after a restart: the 203 rows are read, sized, projected and
+    # encoded again, on workers (the turn's opening, on the store's writer thread,
+    # also reads and folds them to find open tool calls), never on the loop.
+    passes = _delta(_passes(server), before)
+    assert {key.partition("@")[0] for key in passes} == {"load", "size", "project", "encode"}
+    assert not [key for key in passes if key.endswith("@loop")], passes
+    sent = [m["content"] for m in _sent(sim) if m["role"] != "system"]
+    assert len(sent) == 203 and sent[-3:] == ["and finally?", "long", "still there?"]
+    sim.assert_script_done()
 
 
-def test_a_long_first_call_plans_its_compaction_on_a_worker(sim: Simulator, tmp_path: Path) -> None:
+def test_a_long_first_call_plans_its_compaction_on_a_worker(
+    sim: Simulator, servers: ServerFactory
+) -> None:
     # 301 messages of ~45 tokens cross the threshold of a 16K window on the first call.
-    server = _start(
-        tmp_path / "data",
-        sim,
-        COURIER_CONTEXT_WINDOW="16000",
-        COURIER_MAX_OUTPUT_TOKENS="1000",
+    server = _start(servers, COURIER_CONTEXT_WINDOW="16000", COURIER_MAX_OUTPUT_TOKENS="1000")
+    sim.script(
+        [
+            {"expect": {"system_contains": SUMMARISER}, "reply": {"text": "## Goal\n- ask"}},
+            {"expect": {"last_user_contains": "and finally"}, "reply": {"text": "done"}},
+        ]
     )
-    try:
-        sim.script(
-            [
-                {"expect": {"system_contains": SUMMARISER}, "reply": {"text": "## Goal\n- ask"}},
-                {"expect": {"last_user_contains": "and finally"}, "reply": {"text": "done"}},
-            ]
-        )
-        before = _passes(server)
-        _chat(server, _history(150, words=16))
-        sim.assert_script_done()
-        passes = _delta(_passes(server), before)
-        assert not [key for key in passes if key.endswith("@loop")], passes
-        # The plan read all 301 rows; the compacted log (summary and tail, still long) was
-        # read back and sized on a worker too.
-        assert passes["compact@worker"] == 1, passes
-        assert passes["load@worker"] == 1, passes
-        assert passes["size@worker"] >= 2, passes
-    finally:
-        server.stop()
+    before = _passes(server)
+    _chat(server, _history(150, words=16))
+    sim.assert_script_done()
+    passes = _delta(_passes(server), before)
+    assert not [key for key in passes if key.endswith("@loop")], passes
+    # The plan read all 301 rows; the compacted log (summary and tail, still long) was
+    # read back and sized on a worker too.
+    assert passes["compact@worker"] == 1, passes
+    assert passes["load@worker"] == 1, passes
+    assert passes["size@worker"] >= 2, passes

@@ -4,12 +4,10 @@ first app built."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import httpx
 
-from tests.support.server import Server, sim_env
-from tests.support.sim import Simulator
+from tests.support.server import ServerFactory
 
 METRICS_KEY = "metrics-key-0123456789abcdef"
 
@@ -23,19 +21,16 @@ def _samples(text: str) -> dict[str, float]:
     return out
 
 
-def test_the_server_reports_its_collections(simulator: Simulator, tmp_path: Path) -> None:
+def test_the_server_reports_its_collections(servers: ServerFactory) -> None:
     """The server's own startup collection (before it freezes what startup made) is on
     /metrics already: the callback is in place from the first app built."""
-    env = sim_env(simulator.base_url, COURIER_METRICS_API_KEY=METRICS_KEY)
-    server = Server(data_dir=tmp_path / "data", env=env).start()
-    try:
-        body = httpx.get(
-            f"{server.base_url}/metrics",
-            headers={"Authorization": f"Bearer {METRICS_KEY}"},
-            timeout=10,
-        ).text
-    finally:
-        server.stop()
+    server = servers(COURIER_METRICS_API_KEY=METRICS_KEY)
+    body = httpx.get(
+        f"{server.base_url}/metrics",
+        headers={"Authorization": f"Bearer {METRICS_KEY}"},
+        timeout=10,
+    ).text
+    server.stop()
     samples = _samples(body)
     assert samples['courier_gc_pause_seconds_count{generation="2"}'] >= 1
     assert re.search(r'^courier_gc_pause_seconds_sum\{generation="0"\} ', body, re.M)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import httpx
 import pytest
 
 from tests.support.approvals import BackgroundTurn, call, decide, pending, tool_results
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 PAYLOAD = base64.b64encode(b"rm -rf src; touch ran").decode()
@@ -72,7 +71,7 @@ def ws(layout: Layout) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(simulator: Simulator, layout: Layout) -> Iterator[Server]:
+def server(module_servers: ServerFactory, simulator: Simulator, layout: Layout) -> Server:
     layout.ws.mkdir(parents=True, exist_ok=True)
     config = layout.data.parent / "courier.toml"
     config.write_text(
@@ -80,15 +79,12 @@ def server(simulator: Simulator, layout: Layout) -> Iterator[Server]:
         f'base_url = "{simulator.base_url}/v1"\napi_key = "sim-upstream-key"\n'
         f'model = "gpt-4o-mini"\nworkspace = "{layout.ws}"\n'
     )
-    env = sim_env(
-        simulator.base_url,
+    return module_servers(
+        data_dir=layout.data,
         COURIER_WORKSPACE=str(layout.ws),
         COURIER_APPROVAL_TIMEOUT_S="30",
         COURIER_CONFIG=str(config),
     )
-    srv = Server(data_dir=layout.data, env=env).start()
-    yield srv
-    srv.stop()
 
 
 def _untouched(ws: Path, remote_head: str) -> None:

@@ -13,14 +13,14 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 URL = "/v1/chat/completions"
@@ -35,18 +35,14 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(
-    simulator: Simulator, workspace: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    env = sim_env(simulator.base_url, COURIER_WORKSPACE=str(workspace))
-    srv = Server(data_dir=tmp_path_factory.mktemp("hardening-data"), env=env).start()
+def server(module_servers: ServerFactory, simulator: Simulator, workspace: Path) -> Server:
+    srv = module_servers(COURIER_WORKSPACE=str(workspace))
     # One plain turn first: the first request pays one-off costs (lazy imports, the first
     # upstream connection) on the loop that are not what these tests are about.
     simulator.script([{"reply": {"text": "warm"}}])
     body = {"model": "courier", "messages": [{"role": "user", "content": "warm up"}]}
     assert _chat(srv, body).status_code == 200
-    yield srv
-    srv.stop()
+    return srv
 
 
 class HealthProbe:
@@ -220,18 +216,12 @@ PER_IP = 40
 
 
 @pytest.fixture(scope="module")
-def strict_server(
-    simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    env = sim_env(
-        simulator.base_url,
+def strict_server(module_servers: ServerFactory) -> Server:
+    return module_servers(
         COURIER_HTTP_HEADER_TIMEOUT_S=str(HEADER_TIMEOUT_S),
         COURIER_HTTP_BODY_TIMEOUT_S=str(BODY_TIMEOUT_S),
         COURIER_MAX_CONNECTIONS_PER_IP=str(PER_IP),
     )
-    srv = Server(data_dir=tmp_path_factory.mktemp("strict-data"), env=env).start()
-    yield srv
-    srv.stop()
 
 
 def _open_fds(server: Server) -> int:

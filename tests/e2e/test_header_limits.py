@@ -15,8 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
-from tests.support.sim import Simulator
+from tests.support.server import Server, ServerFactory
 
 MIB = 1024 * 1024
 RSS_GROWTH_BOUND = 24 * MIB
@@ -24,11 +23,8 @@ RSS_GROWTH_BOUND = 24 * MIB
 
 
 @pytest.fixture(scope="module")
-def server(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(data_dir=tmp_path_factory.mktemp("data"), env=sim_env(simulator.base_url))
-    srv.start()
-    yield srv
-    srv.stop()
+def server(module_servers: ServerFactory) -> Server:
+    return module_servers()
 
 
 def exchange(port: int, chunks: Iterable[bytes]) -> bytes:
@@ -119,11 +115,7 @@ def test_huge_heads_get_431_and_the_server_stays_flat(server: Server) -> None:
     assert httpx.get(f"{server.base_url}/health").status_code == 200
 
 
-def test_the_bounds_are_settings(simulator: Simulator, tmp_path: Path) -> None:
-    env = sim_env(simulator.base_url, COURIER_MAX_HEADER_FIELDS="20")
-    srv = Server(data_dir=tmp_path / "data", env=env).start()
-    try:
-        assert status_of(exchange(srv.port, [head(*[b"X-%d: v" % i for i in range(19)])])) == 200
-        assert status_of(exchange(srv.port, [head(*[b"X-%d: v" % i for i in range(20)])])) == 431
-    finally:
-        srv.stop()
+def test_the_bounds_are_settings(servers: ServerFactory) -> None:
+    srv = servers(COURIER_MAX_HEADER_FIELDS="20")
+    assert status_of(exchange(srv.port, [head(*[b"X-%d: v" % i for i in range(19)])])) == 200
+    assert status_of(exchange(srv.port, [head(*[b"X-%d: v" % i for i in range(20)])])) == 431

@@ -13,14 +13,14 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server import API_KEY, Server, sim_env
+from tests.support.server import API_KEY, Server, ServerFactory
 from tests.support.sim import Simulator
 
 URL = "/v1/chat/completions"
@@ -49,17 +49,14 @@ def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def server(simulator: Simulator, dirs: dict[str, Path]) -> Iterator[Server]:
-    env = sim_env(
-        simulator.base_url,
+def server(module_servers: ServerFactory, dirs: dict[str, Path]) -> Server:
+    return module_servers(
+        data_dir=dirs["data"],
         COURIER_TOOL_PLUGINS="tests.support.slow_tool:WAIT",
         COURIER_WORKSPACE=str(dirs["workspace"]),
         COURIER_ADMIN_API_KEY=ADMIN_KEY,
         COURIER_METRICS_API_KEY=METRICS_KEY,
     )
-    srv = Server(data_dir=dirs["data"], env=env).start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture

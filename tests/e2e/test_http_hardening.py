@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import httpx
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 EXPECTED = {
@@ -37,38 +35,35 @@ def test_security_headers_on_every_kind_of_response(server: Server, sim: Simulat
         assert "data: [DONE]" in list(resp.iter_lines())
 
 
-def test_the_subprocess_log_holds_no_key(sim: Simulator, tmp_path: Path) -> None:
+def test_the_subprocess_log_holds_no_key(sim: Simulator, servers: ServerFactory) -> None:
     key = "sk-courier-subprocess-key-0123456789"
-    env = sim_env(sim.base_url, COURIER_API_KEY=key, COURIER_LOG_LEVEL="debug")
-    server = Server(data_dir=tmp_path, env=env).start()
-    try:
-        base = server.base_url
-        sim.script([{"reply": {"text": "ok"}}])
-        turn = httpx.post(
-            f"{base}/v1/chat/completions",
-            json={"model": "courier", "messages": [{"role": "user", "content": "hi"}], key: 1},
-            headers=server.headers(),
-            timeout=30,
-        )
-        assert turn.status_code == 200, turn.text
-        # The key as a message: the turn is held back before the upstream (issue 28), and
-        # its refusal is logged without the key.
-        held = httpx.post(
-            f"{base}/v1/chat/completions",
-            json={"model": "courier", "messages": [{"role": "user", "content": key}]},
-            headers=server.headers(),
-            timeout=30,
-        )
-        assert held.json()["error"]["code"] == "secret_in_request", held.text
-        httpx.get(f"{base}/v1/models?key={key}", headers=server.headers())
-        httpx.get(f"{base}/v1/{key}", headers=server.headers())
-        httpx.post(
-            f"{base}/v1/chat/completions",
-            json={"model": key, "messages": [{"role": "user", "content": "x"}]},
-            headers=server.headers(),
-        )
-    finally:
-        server.stop()
+    server = servers(COURIER_API_KEY=key, COURIER_LOG_LEVEL="debug")
+    base = server.base_url
+    sim.script([{"reply": {"text": "ok"}}])
+    turn = httpx.post(
+        f"{base}/v1/chat/completions",
+        json={"model": "courier", "messages": [{"role": "user", "content": "hi"}], key: 1},
+        headers=server.headers(),
+        timeout=30,
+    )
+    assert turn.status_code == 200, turn.text
+    # The key as a message: the turn is held back before the upstream (issue 28), and
+    # its refusal is logged without the key.
+    held = httpx.post(
+        f"{base}/v1/chat/completions",
+        json={"model": "courier", "messages": [{"role": "user", "content": key}]},
+        headers=server.headers(),
+        timeout=30,
+    )
+    assert held.json()["error"]["code"] == "secret_in_request", held.text
+    httpx.get(f"{base}/v1/models?key={key}", headers=server.headers())
+    httpx.get(f"{base}/v1/{key}", headers=server.headers())
+    httpx.post(
+        f"{base}/v1/chat/completions",
+        json={"model": key, "messages": [{"role": "user", "content": "x"}]},
+        headers=server.headers(),
+    )
+    server.stop()
     log = server.log()
     assert "turn=" in log  # the per-turn line was written: the log is not simply empty
     assert key not in log

@@ -11,8 +11,7 @@ import pytest
 
 from app.db.instance import DataDirLock, holder_alive, instance_id, new_lease_token
 from app.db.store import Store
-from tests.support.server import Server, sim_env
-from tests.support.sim import Simulator
+from tests.support.server import ServerFactory
 
 
 def _dead_pid_lease() -> str:
@@ -49,23 +48,19 @@ def test_startup_repair_keeps_live_leases(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_second_server_on_the_same_data_dir_is_refused(
-    simulator: Simulator, tmp_path: Path
-) -> None:
-    data = tmp_path / "data"
-    first = Server(data_dir=data, env=sim_env(simulator.base_url)).start()
-    try:
-        assert first.proc is not None
-        second = Server(data_dir=data, env=sim_env(simulator.base_url))
-        with pytest.raises(RuntimeError, match="server exited early") as info:
-            second.start(timeout=60)
-        assert f"is in use by another courier process (pid {first.proc.pid})" in str(info.value)
-        assert second.proc is not None and second.proc.returncode == 3
-        # The first is untouched and still serving.
-        import httpx
+def test_a_second_server_on_the_same_data_dir_is_refused(servers: ServerFactory) -> None:
+    first = servers()
+    data = first.data_dir
+    assert first.proc is not None
+    second = servers(data_dir=data, start=False)
+    with pytest.raises(RuntimeError, match="server exited early") as info:
+        second.start(timeout=60)
+    assert f"is in use by another courier process (pid {first.proc.pid})" in str(info.value)
+    assert second.proc is not None and second.proc.returncode == 3
+    # The first is untouched and still serving.
+    import httpx
 
-        assert httpx.get(f"{first.base_url}/health", timeout=10).status_code == 200
-    finally:
-        first.stop()
+    assert httpx.get(f"{first.base_url}/health", timeout=10).status_code == 200
+    first.stop()
     # Once the holder is gone the lock is free again (the kernel drops it on exit).
     DataDirLock.acquire(data).release()

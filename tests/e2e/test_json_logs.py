@@ -4,13 +4,12 @@ belongs to, and holds no content and no key."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 SECRET_PROMPT = "the-launch-code-is-4471"
@@ -18,14 +17,8 @@ SECRET_REPLY = "reply-with-private-words"
 
 
 @pytest.fixture
-def json_server(sim: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data_dir = tmp_path_factory.mktemp("jsonlogs")
-    srv = Server(
-        data_dir=data_dir,
-        env=sim_env(sim.base_url, COURIER_LOG_FORMAT="json", COURIER_LOG_LEVEL="debug"),
-    ).start()
-    yield srv
-    srv.stop()
+def json_server(servers: ServerFactory) -> Server:
+    return servers(COURIER_LOG_FORMAT="json", COURIER_LOG_LEVEL="debug")
 
 
 def records(server: Server) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 PNG = base64.b64encode(
@@ -111,7 +111,7 @@ def _kill_during_wait(server: Server, sim: Simulator, sid: str, workspace: Path)
 
 
 def _warm_and_cold(
-    warm: Server, sim: Simulator, sid: str, cold_dir: Path, env: dict[str, str]
+    servers: ServerFactory, warm: Server, sim: Simulator, sid: str, cold_dir: Path
 ) -> tuple[str, str]:
     """The upstream body of the same next request from the warm server and from a cold
     one started on a copy of the database as it stands before that request."""
@@ -125,63 +125,59 @@ def _warm_and_cold(
         source.close()
     _say(warm, sid, "and what now?")
     sent_warm = _last_body(sim)
-    cold = Server(data_dir=cold_dir, env=env).start()
-    try:
-        _say(cold, sid, "and what now?")
-        sent_cold = _last_body(sim)
-    finally:
-        cold.stop()
+    cold = servers.like(warm, data_dir=cold_dir)
+    _say(cold, sid, "and what now?")
+    sent_cold = _last_body(sim)
+    cold.stop()
     return sent_warm, sent_cold
 
 
-def test_a_warm_server_sends_what_a_cold_one_rebuilds(sim: Simulator, tmp_path: Path) -> None:
+def test_a_warm_server_sends_what_a_cold_one_rebuilds(
+    sim: Simulator, servers: ServerFactory, tmp_path: Path
+) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     for i in range(4):
         (workspace / f"f{i}.txt").write_text(f"file {i} " + "lorem ipsum dolor sit amet " * 300)
-    env = sim_env(
-        sim.base_url,
+    warm = servers(
         COURIER_WORKSPACE=str(workspace),
         COURIER_TOOL_PLUGINS="tests.support.slow_tool:WAIT",
         COURIER_CONTEXT_WINDOW="16000",
         COURIER_MAX_OUTPUT_TOKENS="1000",
         COURIER_COMPACTION_THRESHOLD="0.5",
     )
-    warm = Server(data_dir=tmp_path / "warm", env=env).start()
-    try:
-        # A regenerate: the same history twice retracts the first answer to it.
-        u1 = {"role": "user", "content": "hello there"}
-        first = _post(warm, {"messages": [u1]})
-        sid = first.headers["x-session-id"]
-        a1 = {"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]}
-        u2 = {"role": "user", "content": "tell me more"}
-        assert _post(warm, {"messages": [u1, a1, u2]}).headers["x-session-id"] == sid
-        assert _post(warm, {"messages": [u1, a1, u2]}).headers["x-session-id"] == sid
-        db = tmp_path / "warm" / "courier.db"
-        assert _session_row(db, sid)[1] >= 1  # something was retracted
-        early_warm, early_cold = _warm_and_cold(warm, sim, sid, tmp_path / "cold1", env)
-        assert early_warm == early_cold
-        assert "tell me more" in early_warm
+    # A regenerate: the same history twice retracts the first answer to it.
+    u1 = {"role": "user", "content": "hello there"}
+    first = _post(warm, {"messages": [u1]})
+    sid = first.headers["x-session-id"]
+    a1 = {"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]}
+    u2 = {"role": "user", "content": "tell me more"}
+    assert _post(warm, {"messages": [u1, a1, u2]}).headers["x-session-id"] == sid
+    assert _post(warm, {"messages": [u1, a1, u2]}).headers["x-session-id"] == sid
+    db = warm.data_dir / "courier.db"
+    assert _session_row(db, sid)[1] >= 1  # something was retracted
+    early_warm, early_cold = _warm_and_cold(servers, warm, sim, sid, tmp_path / "cold1")
+    assert early_warm == early_cold
+    assert "tell me more" in early_warm
 
-        _kill_during_wait(warm, sim, sid, workspace)
-        _say(warm, sid, "still there?")  # closes the interrupted call, then answers
-        _say(warm, sid, "read f0.txt and f1.txt")  # two results in one transaction
-        for n in range(12):
-            if _session_row(db, sid)[0] >= 1:
-                break
-            _say(warm, sid, f"read f{(n + 2) % 4}.txt")
-        assert _session_row(db, sid)[0] >= 1, "the session never compacted"
-        # It grows on after the compaction, an image and a tool result among the rows.
-        picture = [
-            {"type": "text", "text": "what is in this picture?"},
-            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
-        ]
-        _say(warm, sid, picture)
-        _say(warm, sid, "read f3.txt")
+    _kill_during_wait(warm, sim, sid, workspace)
+    _say(warm, sid, "still there?")  # closes the interrupted call, then answers
+    _say(warm, sid, "read f0.txt and f1.txt")  # two results in one transaction
+    for n in range(12):
+        if _session_row(db, sid)[0] >= 1:
+            break
+        _say(warm, sid, f"read f{(n + 2) % 4}.txt")
+    assert _session_row(db, sid)[0] >= 1, "the session never compacted"
+    # It grows on after the compaction, an image and a tool result among the rows.
+    picture = [
+        {"type": "text", "text": "what is in this picture?"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+    ]
+    _say(warm, sid, picture)
+    _say(warm, sid, "read f3.txt")
 
-        sent_warm, sent_cold = _warm_and_cold(warm, sim, sid, tmp_path / "cold2", env)
-    finally:
-        warm.stop()
+    sent_warm, sent_cold = _warm_and_cold(servers, warm, sim, sid, tmp_path / "cold2")
+    warm.stop()
     assert sent_warm == sent_cold
     messages = json.loads(sent_warm)["messages"]
     roles = {m["role"] for m in messages}

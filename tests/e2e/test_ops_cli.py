@@ -18,7 +18,7 @@ from app.ops import doctor
 from app.security.auth import fingerprint
 from app.tools.sandbox import process as sandbox
 from app.tools.sandbox.process import SandboxProfile, SandboxStatus
-from tests.support.server import API_KEY, Server, sim_env
+from tests.support.server import API_KEY, Server, ServerFactory, sim_env
 from tests.support.sim import Simulator
 
 STRONG_KEY = "sk-courier-" + "Zq8vW2xL0pR7tYb3nM5kD9hJ4fG6sA1cE"
@@ -204,12 +204,10 @@ def test_doctor_can_skip_the_upstream(good_env: dict[str, str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def seeded(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def seeded(module_servers: ServerFactory, simulator: Simulator) -> Server:
     """A store with one session holding a tool call and its result, written by the server.
     It indexes no message for search in the background: `sessions search` must catch up."""
-    data = tmp_path_factory.mktemp("ops")
-    env = sim_env(simulator.base_url, COURIER_SEARCH_INDEX_INTERVAL_S="0")
-    srv = Server(data_dir=data, env=env).start()
+    srv = module_servers(COURIER_SEARCH_INDEX_INTERVAL_S="0")
     simulator.reset()
     simulator.script(
         [
@@ -226,8 +224,7 @@ def seeded(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> It
     )
     assert r.status_code == 200, r.text
     srv.session_id = r.headers["x-session-id"]  # type: ignore[attr-defined]
-    yield srv
-    srv.stop()
+    return srv
 
 
 def run_records(seeded: Server, *args: str) -> subprocess.CompletedProcess[str]:
@@ -295,29 +292,25 @@ def test_sandbox_module_exposes_the_status_the_doctor_reads() -> None:
 TOKEN_SECRET = "a-token-secret-of-at-least-32-bytes-0123"
 
 
-def test_tokens_mint_makes_a_token_the_server_accepts(simulator: Simulator, tmp_path: Path) -> None:
-    env = sim_env(simulator.base_url, COURIER_TOKENS_ENABLED="1", COURIER_TOKEN_SECRET=TOKEN_SECRET)
-    srv = Server(data_dir=tmp_path / "data", env=env).start()
-    try:
-        cli_env = {**env, "COURIER_DATA_DIR": str(tmp_path / "data")}
-        minted = courier("tokens", "mint", "--ttl", "60", "--json", env=cli_env)
-        assert minted.returncode == 0, minted.stderr
-        token = json.loads(minted.stdout)
-        assert token["scopes"] == ["chat"]
-        ok = httpx.get(
-            f"{srv.base_url}/v1/models", headers={"Authorization": f"Bearer {token['token']}"}
-        )
-        assert ok.status_code == 200
-        # Refusals name the reason and exit 2: a scope the key lacks, an unknown key, too long.
-        for args, says in (
-            (("--scope", "admin"), "lacks"),
-            (("--key", "nobody"), "no key named"),
-            (("--ttl", "86400"), "ttl_s"),
-        ):
-            refused = courier("tokens", "mint", *args, env=cli_env)
-            assert refused.returncode == 2 and says in refused.stderr, refused.stderr
-    finally:
-        srv.stop()
+def test_tokens_mint_makes_a_token_the_server_accepts(servers: ServerFactory) -> None:
+    srv = servers(COURIER_TOKENS_ENABLED="1", COURIER_TOKEN_SECRET=TOKEN_SECRET)
+    cli_env = {**srv.env, "COURIER_DATA_DIR": str(srv.data_dir)}
+    minted = courier("tokens", "mint", "--ttl", "60", "--json", env=cli_env)
+    assert minted.returncode == 0, minted.stderr
+    token = json.loads(minted.stdout)
+    assert token["scopes"] == ["chat"]
+    ok = httpx.get(
+        f"{srv.base_url}/v1/models", headers={"Authorization": f"Bearer {token['token']}"}
+    )
+    assert ok.status_code == 200
+    # Refusals name the reason and exit 2: a scope the key lacks, an unknown key, too long.
+    for args, says in (
+        (("--scope", "admin"), "lacks"),
+        (("--key", "nobody"), "no key named"),
+        (("--ttl", "86400"), "ttl_s"),
+    ):
+        refused = courier("tokens", "mint", *args, env=cli_env)
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
 
 
 def test_tokens_mint_says_when_tokens_are_off(good_env: dict[str, str]) -> None:

@@ -8,8 +8,7 @@ from pathlib import Path
 import httpx
 
 from app.api.http.body_limits import OFF_LOOP_BYTES
-from tests.support.server import Server, sim_env
-from tests.support.sim import Simulator
+from tests.support.server import ServerFactory
 
 
 def _children(pid: int) -> list[int]:
@@ -24,8 +23,8 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def test_a_killed_server_leaves_no_parse_worker_behind(sim: Simulator, tmp_path: Path) -> None:
-    server = Server(data_dir=tmp_path, env=sim_env(sim.base_url)).start()
+def test_a_killed_server_leaves_no_parse_worker_behind(servers: ServerFactory) -> None:
+    server = servers()
     try:
         assert server.proc is not None
         # A body past the off-loop threshold starts the worker (the request itself is a 400).

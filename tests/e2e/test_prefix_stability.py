@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from app.simulator import anthropic_wire
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 TURNS = 30
@@ -54,15 +54,20 @@ def _script(sim: Simulator, turns: range) -> None:
 
 
 def test_prefix_is_stable_across_turns_restarts_and_marked_breaks(
-    sim: Simulator, tmp_path: Path
+    sim: Simulator, servers: ServerFactory, tmp_path: Path
 ) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "notes.txt").write_text("line\n" * 200)
-    env = sim_env(sim.base_url, "anthropic", COURIER_WORKSPACE=str(workspace))
-    with_plugin = {**env, "COURIER_TOOL_PLUGINS": "tests.support.slow_tool:WAIT"}
+    server = servers(
+        "anthropic",
+        start=False,
+        COURIER_WORKSPACE=str(workspace),
+        COURIER_TOOL_PLUGINS="tests.support.slow_tool:WAIT",
+    )
+    with_plugin = server.env
+    env = {k: v for k, v in with_plugin.items() if k != "COURIER_TOOL_PLUGINS"}
     sim.configure(min_cacheable_tokens=64)
-    server = Server(data_dir=tmp_path / "data", env=with_plugin)
     sid: str | None = None
     phases = [
         (with_plugin, range(1, 11)),
@@ -74,16 +79,14 @@ def test_prefix_is_stable_across_turns_restarts_and_marked_breaks(
         # forces a tool-snapshot rebuild: the one deliberate break.
         server.env = phase_env
         server.start()
-        try:
-            _script(sim, turns)
-            for n in turns:
-                sid = _turn(server, sid, n)
-            sim.assert_script_done()
-        finally:
-            server.stop()
+        _script(sim, turns)
+        for n in turns:
+            sid = _turn(server, sid, n)
+        sim.assert_script_done()
+        server.stop()
 
     bodies = [json.loads(r["body"]) for r in sim.requests() if r["path"] == "/v1/messages"]
-    con = sqlite3.connect(tmp_path / "data" / "courier.db")
+    con = sqlite3.connect(server.data_dir / "courier.db")
     ledger = con.execute(
         "SELECT cache_break, cache_read_tokens, input_tokens, cache_write_tokens "
         "FROM api_call ORDER BY id"

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +13,7 @@ import pytest
 from openai import NotFoundError, OpenAI
 
 from tests.support.responses import check_events, stream_events
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 from tests.support.spec import validate
 
@@ -23,12 +21,8 @@ ADMIN_KEY = "admin-key-0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
-def claude(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data: Path = tmp_path_factory.mktemp("responses")
-    env = sim_env(simulator.base_url, "anthropic", COURIER_ADMIN_API_KEY=ADMIN_KEY)
-    server = Server(data_dir=data, env=env).start()
-    yield server
-    server.stop()
+def claude(module_servers: ServerFactory) -> Server:
+    return module_servers("anthropic", COURIER_ADMIN_API_KEY=ADMIN_KEY)
 
 
 def _sdk(server: Server, key: str | None = None) -> OpenAI:

@@ -6,31 +6,24 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from openai import OpenAI
 
 from tests.support.responses import check_events, stream_events
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 from tests.support.spec import validate
 
 
 @pytest.fixture(scope="module")
-def slow(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data: Path = tmp_path_factory.mktemp("responses-edges")
-    env = sim_env(
-        simulator.base_url,
+def slow(module_servers: ServerFactory) -> Server:
+    return module_servers(
         COURIER_KEEPALIVE_S="0.2",
         COURIER_TOOL_PLUGINS="tests.support.slow_tool:WAIT",
         COURIER_UPSTREAM_RETRY_ATTEMPTS="1",
     )
-    server = Server(data_dir=data, env=env).start()
-    yield server
-    server.stop()
 
 
 WAIT_THEN_TEXT = [

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,7 +16,7 @@ import pytest
 from openai import BadRequestError, OpenAI
 
 from tests.support.approvals import BackgroundTurn, call, decide
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 UPSTREAM_KEY = "sim-upstream-key-7c1e5a9b3d"
@@ -27,9 +26,8 @@ METRICS_KEY = "metrics-key-8e6c4a2f0d9b7c5a"
 TOKEN_SECRET = "token-secret-0123456789abcdef0123456789abcdef"
 
 
-def _env(simulator: Simulator, **extra: str) -> dict[str, str]:
-    return sim_env(
-        simulator.base_url,
+def _settings(**extra: str) -> dict[str, str]:
+    return dict(
         COURIER_UPSTREAM_API_KEY=UPSTREAM_KEY,
         COURIER_UPSTREAM_API_KEYS=SECOND_UPSTREAM_KEY,
         COURIER_ADMIN_API_KEY=ADMIN_KEY,
@@ -68,10 +66,8 @@ def assert_no_secret_sent(sim: Simulator, server: Server) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(data_dir=tmp_path_factory.mktemp("data"), env=_env(simulator)).start()
-    yield srv
-    srv.stop()
+def server(module_servers: ServerFactory) -> Server:
+    return module_servers(**_settings())
 
 
 def _client(server: Server) -> OpenAI:
@@ -275,13 +271,10 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def shared_server(
-    simulator: Simulator, shared: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    env = _env(simulator, COURIER_WORKSPACE=str(shared), COURIER_APPROVAL_TIMEOUT_S="30")
-    srv = Server(data_dir=tmp_path_factory.mktemp("shared-data"), env=env).start()
-    yield srv
-    srv.stop()
+def shared_server(module_servers: ServerFactory, shared: Path) -> Server:
+    return module_servers(
+        **_settings(COURIER_WORKSPACE=str(shared), COURIER_APPROVAL_TIMEOUT_S="30")
+    )
 
 
 def test_a_shared_workspace_s_new_sessions_get_no_secret_and_no_unapproved_change(

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 ADMIN_KEY = "admin-key-0123456789abcdef"
@@ -24,13 +22,9 @@ TOOL_THEN_TEXT = [
 
 
 @pytest.fixture(scope="module")
-def srv(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def srv(module_servers: ServerFactory) -> Server:
     """Anthropic wire (it reports cache writes and reads), with an admin key as well."""
-    data: Path = tmp_path_factory.mktemp("sessions")
-    env = sim_env(simulator.base_url, "anthropic", COURIER_ADMIN_API_KEY=ADMIN_KEY)
-    server = Server(data_dir=data, env=env).start()
-    yield server
-    server.stop()
+    return module_servers("anthropic", COURIER_ADMIN_API_KEY=ADMIN_KEY)
 
 
 def _h(srv: Server, admin: bool = False) -> dict[str, str]:

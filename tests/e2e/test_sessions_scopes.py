@@ -4,25 +4,18 @@ and retracting need `chat`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 SECRET = "token-secret-" + "y" * 40
 
 
 @pytest.fixture(scope="module")
-def srv(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data: Path = tmp_path_factory.mktemp("scopes")
-    env = sim_env(simulator.base_url, COURIER_TOKENS_ENABLED="true", COURIER_TOKEN_SECRET=SECRET)
-    server = Server(data_dir=data, env=env).start()
-    yield server
-    server.stop()
+def srv(module_servers: ServerFactory) -> Server:
+    return module_servers(COURIER_TOKENS_ENABLED="true", COURIER_TOKEN_SECRET=SECRET)
 
 
 def _h(token: str) -> dict[str, str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 URL = "/v1/chat/completions"
@@ -30,16 +30,17 @@ def _wait_for(predicate: Any, timeout: float = 20.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
-def _server(sim: Simulator, tmp_path: Path, **extra: str) -> tuple[Server, Path]:
+def _server(servers: ServerFactory, tmp_path: Path, **extra: str) -> tuple[Server, Path]:
+    """Unstarted: each test starts it, and most end it with a signal."""
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
-    env = sim_env(
-        sim.base_url,
+    server = servers(
+        start=False,
         COURIER_TOOL_PLUGINS="tests.support.slow_tool:WAIT",
         COURIER_WORKSPACE=str(workspace),
         **extra,
     )
-    return Server(data_dir=tmp_path / "data", env=env), workspace
+    return server, workspace
 
 
 def _db(server: Server, query: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -72,8 +73,10 @@ def _stream_in_thread(server: Server, out: dict[str, Any]) -> threading.Thread:
     return thread
 
 
-def test_sigterm_lets_a_running_turn_finish(sim: Simulator, tmp_path: Path) -> None:
-    server, workspace = _server(sim, tmp_path)
+def test_sigterm_lets_a_running_turn_finish(
+    sim: Simulator, servers: ServerFactory, tmp_path: Path
+) -> None:
+    server, workspace = _server(servers, tmp_path)
     server.start()
     sim.script([_waiting(2), {"reply": {"text": "Finished despite the signal."}}])
     out: dict[str, Any] = {}
@@ -94,8 +97,10 @@ def test_sigterm_lets_a_running_turn_finish(sim: Simulator, tmp_path: Path) -> N
     sim.assert_script_done()
 
 
-def test_drain_timeout_interrupts_with_a_valid_transcript(sim: Simulator, tmp_path: Path) -> None:
-    server, workspace = _server(sim, tmp_path, COURIER_DRAIN_TIMEOUT_S="1")
+def test_drain_timeout_interrupts_with_a_valid_transcript(
+    sim: Simulator, servers: ServerFactory, tmp_path: Path
+) -> None:
+    server, workspace = _server(servers, tmp_path, COURIER_DRAIN_TIMEOUT_S="1")
     server.start()
     sim.script([_waiting(120)])
     out: dict[str, Any] = {}
@@ -112,8 +117,10 @@ def test_drain_timeout_interrupts_with_a_valid_transcript(sim: Simulator, tmp_pa
     assert _db(server, "SELECT COUNT(*) FROM session WHERE lease IS NOT NULL") == [(0,)]
 
 
-def test_restart_after_kill_marks_the_turn_interrupted(sim: Simulator, tmp_path: Path) -> None:
-    server, workspace = _server(sim, tmp_path)
+def test_restart_after_kill_marks_the_turn_interrupted(
+    sim: Simulator, servers: ServerFactory, tmp_path: Path
+) -> None:
+    server, workspace = _server(servers, tmp_path)
     server.start()
     sim.script([_waiting(120)])
     out: dict[str, Any] = {}
@@ -123,16 +130,13 @@ def test_restart_after_kill_marks_the_turn_interrupted(sim: Simulator, tmp_path:
     thread.join(10)
     assert _db(server, "SELECT exit_reason FROM turn") == [(None,)]
     server.start()
-    try:
-        sid = out["sid"]
-        turns = httpx.get(
-            f"{server.base_url}/v1/sessions/{sid}/turns", headers=server.headers()
-        ).json()["data"]
-        assert [(t["status"], t["exit_reason"]) for t in turns] == [("finished", "interrupted")]
-        # Repaired at startup, before any request: the open call has its synthetic result.
-        rows = _db(server, "SELECT role, content FROM message ORDER BY id")
-        assert [r[0] for r in rows] == ["user", "assistant", "tool"]
-        assert "interrupted" in rows[2][1]
-        assert _db(server, "SELECT COUNT(*) FROM session WHERE lease IS NOT NULL") == [(0,)]
-    finally:
-        server.stop()
+    sid = out["sid"]
+    turns = httpx.get(
+        f"{server.base_url}/v1/sessions/{sid}/turns", headers=server.headers()
+    ).json()["data"]
+    assert [(t["status"], t["exit_reason"]) for t in turns] == [("finished", "interrupted")]
+    # Repaired at startup, before any request: the open call has its synthetic result.
+    rows = _db(server, "SELECT role, content FROM message ORDER BY id")
+    assert [r[0] for r in rows] == ["user", "assistant", "tool"]
+    assert "interrupted" in rows[2][1]
+    assert _db(server, "SELECT COUNT(*) FROM session WHERE lease IS NOT NULL") == [(0,)]

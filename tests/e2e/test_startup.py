@@ -11,8 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
-from tests.support.sim import Simulator
+from tests.support.server import ServerFactory
 
 GOOD_KEY = "a-perfectly-fine-key-123"
 
@@ -103,21 +102,19 @@ def test_a_toml_profile_with_neither_is_named(tmp_path: Path) -> None:
     assert "profile 'claude'" in result.stderr and "base_url" in result.stderr
 
 
-def test_the_data_dir_and_database_are_owner_only(simulator: Simulator, tmp_path: Path) -> None:
+def test_the_data_dir_and_database_are_owner_only(servers: ServerFactory, tmp_path: Path) -> None:
     data = tmp_path / "fresh" / "data"
-    env = sim_env(simulator.base_url, COURIER_DATA_DIR=str(data))
-    server = Server(data_dir=tmp_path / "logs", env=env).start()
-    try:
-        turn = httpx.post(
-            f"{server.base_url}/v1/chat/completions",
-            json={"model": "courier", "messages": [{"role": "user", "content": "hi"}]},
-            headers=server.headers(),
-            timeout=30,
-        )
-        assert turn.status_code in (200, 502)  # either way the store has written
-        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in data.iterdir()}
-    finally:
-        server.stop()
+    # The log goes beside it: the data directory must be one the server creates itself.
+    server = servers(data_dir=tmp_path / "logs", COURIER_DATA_DIR=str(data))
+    turn = httpx.post(
+        f"{server.base_url}/v1/chat/completions",
+        json={"model": "courier", "messages": [{"role": "user", "content": "hi"}]},
+        headers=server.headers(),
+        timeout=30,
+    )
+    assert turn.status_code in (200, 502)  # either way the store has written
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in data.iterdir()}
+    server.stop()
     assert stat.S_IMODE(data.stat().st_mode) == 0o700
     for name in ("courier.db", "courier.db-wal", "courier.db-shm", "courier.lock"):
         assert modes[name] == 0o600, (name, oct(modes[name]))

@@ -12,21 +12,18 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 
 @pytest.fixture()
-def srv(simulator: Simulator, tmp_path: Path) -> Iterator[Server]:
-    server = Server(data_dir=tmp_path, env=sim_env(simulator.base_url)).start()
-    yield server
-    server.stop()
+def srv(servers: ServerFactory) -> Server:
+    return servers()
 
 
 def _wait_for_turn_row(db: Path, deadline_s: float = 30.0) -> None:

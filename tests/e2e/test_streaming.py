@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from openai import OpenAI
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 
@@ -112,13 +110,8 @@ def test_error_after_stream_start_travels_in_stream(server: Server, sim: Simulat
 
 
 @pytest.fixture(scope="module")
-def slow_server(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data_dir: Path = tmp_path_factory.mktemp("slow")
-    srv = Server(
-        data_dir=data_dir, env=sim_env(simulator.base_url, COURIER_KEEPALIVE_S="0.3")
-    ).start()
-    yield srv
-    srv.stop()
+def slow_server(module_servers: ServerFactory) -> Server:
+    return module_servers(COURIER_KEEPALIVE_S="0.3")
 
 
 def test_keepalive_and_immediate_headers(slow_server: Server, sim: Simulator) -> None:

@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 
 @pytest.fixture(scope="module")
-def narrow(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data_dir: Path = tmp_path_factory.mktemp("allowlist")
-    config = data_dir / "courier.toml"
+def narrow(
+    module_servers: ServerFactory, simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
+) -> Server:
+    config = tmp_path_factory.mktemp("allowlist") / "courier.toml"
     config.write_text(
         "[[profiles]]\n"
         'name = "narrow"\n'
@@ -30,10 +29,7 @@ def narrow(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> It
         'api_key = "sim-upstream-key"\n'
         'toolsets = ["core"]\n'
     )
-    env = sim_env(simulator.base_url, COURIER_CONFIG=str(config))
-    srv = Server(data_dir=data_dir, env=env).start()
-    yield srv
-    srv.stop()
+    return module_servers(COURIER_CONFIG=str(config))
 
 
 def test_a_tool_outside_the_snapshot_never_runs(narrow: Server, sim: Simulator) -> None:

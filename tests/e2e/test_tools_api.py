@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 
@@ -20,13 +19,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tools_server(
-    simulator: Simulator, workspace: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    env = sim_env(simulator.base_url, COURIER_WORKSPACE=str(workspace))
-    srv = Server(data_dir=tmp_path_factory.mktemp("data"), env=env).start()
-    yield srv
-    srv.stop()
+def tools_server(module_servers: ServerFactory, workspace: Path) -> Server:
+    return module_servers(COURIER_WORKSPACE=str(workspace))
 
 
 def _post(server: Server, text: str, **headers: str) -> httpx.Response:

@@ -9,14 +9,12 @@ that adds a commit to the turn path fails here on any machine.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 METRICS_KEY = "metrics-key-0123456789abcdef"
@@ -36,17 +34,14 @@ FIRST_TURN: dict[str, int] = {}
 
 
 @pytest.fixture(scope="module")
-def counted(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data_dir: Path = tmp_path_factory.mktemp("commits")
-    env = sim_env(simulator.base_url, **PRODUCTION)
-    srv = Server(data_dir=data_dir, env=env).start()
+def counted(module_servers: ServerFactory, simulator: Simulator) -> Server:
+    srv = module_servers(**PRODUCTION)
     # The process's first session of a tool set stores the set, once (app/db/tool_sets.py):
     # taken here, no counted turn's figures depend on which test runs first.
     simulator.reset()
     simulator.script([{"reply": {"text": "first"}}])
     _, FIRST_TURN["commits"], FIRST_TURN["statements"] = _turn(srv, stream=True)
-    yield srv
-    srv.stop()
+    return srv
 
 
 def _metrics(server: Server) -> dict[str, int]:
@@ -232,20 +227,17 @@ def test_a_keyed_turn_records_itself_in_the_same_two_commits(
 
 
 def test_the_first_turn_after_a_restart_reads_the_log_once(
-    simulator: Simulator, sim: Simulator, tmp_path: Path
+    sim: Simulator, servers: ServerFactory
 ) -> None:
     """The live log is not in memory after a restart: the opening unit reads it from the
     database once, for the open-call check and the repair both (it read it twice)."""
-    env = sim_env(simulator.base_url, **PRODUCTION)
-    server = Server(data_dir=tmp_path / "data", env=env).start()
+    server = servers(**PRODUCTION)
     sim.script([{"reply": {"text": "first"}}, {"reply": {"text": "second"}}])
-    try:
-        sid, _, _ = _turn(server, stream=True)
-        server.stop()
-        server.start()
-        _, commits, statements = _turn(server, stream=True, session=sid)
-    finally:
-        server.stop()
+    sid, _, _ = _turn(server, stream=True)
+    server.stop()
+    server.start()
+    _, commits, statements = _turn(server, stream=True, session=sid)
+    server.stop()
     sim.assert_script_done()
     assert commits == 2
     # A continued session's count with the one read of the log: reading it twice (17)

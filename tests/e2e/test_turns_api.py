@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 URL = "/v1/chat/completions"
@@ -25,17 +24,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def srv(
-    simulator: Simulator, workspace: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    env = sim_env(
-        simulator.base_url,
-        COURIER_TOOL_PLUGINS="tests.support.slow_tool:WAIT",
-        COURIER_WORKSPACE=str(workspace),
+def srv(module_servers: ServerFactory, workspace: Path) -> Server:
+    return module_servers(
+        COURIER_TOOL_PLUGINS="tests.support.slow_tool:WAIT", COURIER_WORKSPACE=str(workspace)
     )
-    server = Server(data_dir=tmp_path_factory.mktemp("turns"), env=env).start()
-    yield server
-    server.stop()
 
 
 def _chat(server: Server, text: str, sid: str | None = None) -> httpx.Response:
@@ -220,26 +212,20 @@ def test_events_replay_after_n_yields_exactly_the_rest(srv: Server, sim: Simulat
         assert _events(srv, sid, after=n) == everything[n:]
 
 
-def test_replays_are_held_to_the_memory_budget(
-    simulator: Simulator, sim: Simulator, tmp_path: Path
-) -> None:
+def test_replays_are_held_to_the_memory_budget(sim: Simulator, servers: ServerFactory) -> None:
     """Finished turns kept for `/events` fit COURIER_REPLAY_MEMORY_MB: past it the oldest
     is forgotten with a clear 404, the newest still replays whole."""
-    env = sim_env(simulator.base_url, COURIER_REPLAY_MEMORY_MB="1")
-    server = Server(data_dir=tmp_path / "replay", env=env).start()
-    try:
-        answer = " ".join(f"{i:05}" + "x" * 400 for i in range(1_500))  # 600 KB per turn
-        sim.script([{"reply": {"text": answer}}] * 3)
-        sids = []
-        for i in range(3):
-            resp = _chat(server, f"ask {i}")
-            assert resp.status_code == 200, resp.text
-            sids.append(resp.headers["x-session-id"])
-        gone = _get(server, f"/v1/sessions/{sids[0]}/events")
-        assert gone.status_code == 404, gone.text
-        assert gone.json()["error"]["code"] == "turn_not_found"
-        events = _events(server, sids[2])
-        assert "".join(e.get("text", "") for e in events if e["type"] == "text") == answer
-        assert events[-1]["type"] == "finished"
-    finally:
-        server.stop()
+    server = servers(COURIER_REPLAY_MEMORY_MB="1")
+    answer = " ".join(f"{i:05}" + "x" * 400 for i in range(1_500))  # 600 KB per turn
+    sim.script([{"reply": {"text": answer}}] * 3)
+    sids = []
+    for i in range(3):
+        resp = _chat(server, f"ask {i}")
+        assert resp.status_code == 200, resp.text
+        sids.append(resp.headers["x-session-id"])
+    gone = _get(server, f"/v1/sessions/{sids[0]}/events")
+    assert gone.status_code == 404, gone.text
+    assert gone.json()["error"]["code"] == "turn_not_found"
+    events = _events(server, sids[2])
+    assert "".join(e.get("text", "") for e in events if e["type"] == "text") == answer
+    assert events[-1]["type"] == "finished"

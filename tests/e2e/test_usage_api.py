@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.server import Server, free_port, sim_env
+from tests.support.server import Server, ServerFactory, free_port
 from tests.support.sim import Simulator
 from tests.support.spec import validate
 
@@ -113,11 +111,8 @@ def test_metrics_need_the_metrics_scope(server: Server) -> None:
 
 
 @pytest.fixture(scope="module")
-def claude(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data: Path = tmp_path_factory.mktemp("claude")
-    srv = Server(data_dir=data, env=sim_env(simulator.base_url, "anthropic")).start()
-    yield srv
-    srv.stop()
+def claude(module_servers: ServerFactory) -> Server:
+    return module_servers("anthropic")
 
 
 def test_cache_buckets_on_the_anthropic_wire(claude: Server, sim: Simulator) -> None:
@@ -172,10 +167,6 @@ def test_request_cap_in_stream_ends_with_error_and_done(server: Server, sim: Sim
     assert chunks[-1]["error"]["code"] == "spend_limit_reached"
 
 
-def _capped(simulator: Simulator, tmp: Path, **caps: str) -> Server:
-    return Server(data_dir=tmp, env=sim_env(simulator.base_url, **caps)).start()
-
-
 @pytest.mark.parametrize(
     "cap",
     [
@@ -184,51 +175,42 @@ def _capped(simulator: Simulator, tmp: Path, **caps: str) -> Server:
         "COURIER_SPEND_CAP_KEY_DAILY_USD",
     ],
 )
-def test_configured_caps_stop_and_resume(sim: Simulator, tmp_path: Path, cap: str) -> None:
-    server = _capped(sim, tmp_path, **{cap: "0.0000001"})
-    try:
-        sim.script(TWO_CALLS[:1])
-        first = _post(server, BODY)
-        assert first.status_code == 402, first.text
-        sid = first.headers["x-session-id"]
-        # Already over the cap: refused up front, before any write or upstream call.
-        before = len(sim.requests())
-        refused = _post(server, BODY, **{"X-Session-Id": sid})
-        assert refused.status_code == 402
-        assert refused.json()["error"]["code"] == "spend_limit_reached"
-        assert len(sim.requests()) == before
-    finally:
-        server.stop()
-    server = _capped(sim, tmp_path, **{cap: "100"})
-    try:
-        sim.script([{"reply": {"text": "back in business"}}])
-        resumed = _post(
-            server,
-            {**BODY, "messages": [{"role": "user", "content": "more"}]},
-            **{"X-Session-Id": sid},
-        )
-        assert resumed.status_code == 200, resumed.text
-        assert resumed.json()["choices"][0]["message"]["content"] == "back in business"
-    finally:
-        server.stop()
+def test_configured_caps_stop_and_resume(sim: Simulator, servers: ServerFactory, cap: str) -> None:
+    server = servers(**{cap: "0.0000001"})
+    sim.script(TWO_CALLS[:1])
+    first = _post(server, BODY)
+    assert first.status_code == 402, first.text
+    sid = first.headers["x-session-id"]
+    # Already over the cap: refused up front, before any write or upstream call.
+    before = len(sim.requests())
+    refused = _post(server, BODY, **{"X-Session-Id": sid})
+    assert refused.status_code == 402
+    assert refused.json()["error"]["code"] == "spend_limit_reached"
+    assert len(sim.requests()) == before
+    server.stop()
+    server = servers(data_dir=server.data_dir, **{cap: "100"})
+    sim.script([{"reply": {"text": "back in business"}}])
+    resumed = _post(
+        server,
+        {**BODY, "messages": [{"role": "user", "content": "more"}]},
+        **{"X-Session-Id": sid},
+    )
+    assert resumed.status_code == 200, resumed.text
+    assert resumed.json()["choices"][0]["message"]["content"] == "back in business"
 
 
-def test_cap_with_unknown_price_is_refused_up_front(sim: Simulator, tmp_path: Path) -> None:
-    env = sim_env(sim.base_url, COURIER_UPSTREAM_MODEL="made-up-model-9000")
-    server = Server(data_dir=tmp_path, env=env).start()
-    try:
-        resp = _post(server, {**BODY, "max_cost_usd": 5})
-        assert resp.status_code == 402
-        assert resp.json()["error"]["code"] == "spend_limit_unpriced"
-        assert not sim.requests()
-        sim.script([{"reply": {"text": "unpriced but uncapped"}}])
-        ok = _post(server, BODY)
-        assert ok.status_code == 200
-        assert ok.json()["usage"]["cost"] is None
-        assert ok.json()["usage"]["courier"]["cost"]["status"] == "unknown"
-        assert ok.headers["x-courier-cost-usd"] == "unknown"
-    finally:
-        server.stop()
+def test_cap_with_unknown_price_is_refused_up_front(sim: Simulator, servers: ServerFactory) -> None:
+    server = servers(COURIER_UPSTREAM_MODEL="made-up-model-9000")
+    resp = _post(server, {**BODY, "max_cost_usd": 5})
+    assert resp.status_code == 402
+    assert resp.json()["error"]["code"] == "spend_limit_unpriced"
+    assert not sim.requests()
+    sim.script([{"reply": {"text": "unpriced but uncapped"}}])
+    ok = _post(server, BODY)
+    assert ok.status_code == 200
+    assert ok.json()["usage"]["cost"] is None
+    assert ok.json()["usage"]["courier"]["cost"]["status"] == "unknown"
+    assert ok.headers["x-courier-cost-usd"] == "unknown"
 
 
 # ---------------------------------------------------------------- metrics
@@ -243,49 +225,41 @@ def _sample(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def test_metrics_move_after_a_turn(sim: Simulator, tmp_path: Path) -> None:
+def test_metrics_move_after_a_turn(sim: Simulator, servers: ServerFactory) -> None:
     metrics_key = "metrics-reader-key-0123456789"
-    env = sim_env(sim.base_url, COURIER_METRICS_API_KEY=metrics_key)
-    server = Server(data_dir=tmp_path, env=env).start()
-    try:
-        auth = {"Authorization": f"Bearer {metrics_key}"}
+    server = servers(COURIER_METRICS_API_KEY=metrics_key)
+    auth = {"Authorization": f"Bearer {metrics_key}"}
 
-        def scrape() -> str:
-            resp = httpx.get(f"{server.base_url}/metrics", headers=auth)
-            assert resp.status_code == 200
-            return resp.text
-
-        before = _sample(scrape(), "courier_upstream_calls_total", outcome="ok")
-        sim.script(TWO_CALLS)
-        assert _post(server, BODY).status_code == 200
-        text = scrape()
-        model = {"profile": "courier", "upstream_model": "gpt-4o-mini"}
-        assert _sample(text, "courier_upstream_calls_total", outcome="ok", **model) == before + 2
-        assert _sample(text, "courier_tokens_total", bucket="input", **model) > 0
-        assert _sample(text, "courier_tokens_total", bucket="output", **model) > 0
-        assert _sample(text, "courier_cost_usd_total", **model) > 0
-        assert _sample(text, "courier_turns_total", profile="courier", exit_reason="completed") == 1
-        assert _sample(text, "courier_upstream_latency_seconds_count", **model) == 2
-        assert _sample(text, "courier_upstream_ttft_seconds_count", **model) == 2
-        assert _sample(text, "courier_turns_in_flight") == 0
-        assert "courier_cache_read_share" in text
-        assert "sess_" not in text  # no unbounded labels
-        # The metrics key cannot chat.
-        denied = httpx.post(
-            f"{server.base_url}/v1/chat/completions", json=BODY, headers=auth, timeout=30
-        )
-        assert denied.status_code == 403
-    finally:
-        server.stop()
-
-
-def test_metrics_on_a_separate_loopback_port(sim: Simulator, tmp_path: Path) -> None:
-    port = free_port()
-    server = Server(data_dir=tmp_path, env=sim_env(sim.base_url, COURIER_METRICS_PORT=str(port)))
-    server.start()
-    try:
-        resp = httpx.get(f"http://127.0.0.1:{port}/metrics")
+    def scrape() -> str:
+        resp = httpx.get(f"{server.base_url}/metrics", headers=auth)
         assert resp.status_code == 200
-        assert "courier_turns_in_flight" in resp.text
-    finally:
-        server.stop()
+        return resp.text
+
+    before = _sample(scrape(), "courier_upstream_calls_total", outcome="ok")
+    sim.script(TWO_CALLS)
+    assert _post(server, BODY).status_code == 200
+    text = scrape()
+    model = {"profile": "courier", "upstream_model": "gpt-4o-mini"}
+    assert _sample(text, "courier_upstream_calls_total", outcome="ok", **model) == before + 2
+    assert _sample(text, "courier_tokens_total", bucket="input", **model) > 0
+    assert _sample(text, "courier_tokens_total", bucket="output", **model) > 0
+    assert _sample(text, "courier_cost_usd_total", **model) > 0
+    assert _sample(text, "courier_turns_total", profile="courier", exit_reason="completed") == 1
+    assert _sample(text, "courier_upstream_latency_seconds_count", **model) == 2
+    assert _sample(text, "courier_upstream_ttft_seconds_count", **model) == 2
+    assert _sample(text, "courier_turns_in_flight") == 0
+    assert "courier_cache_read_share" in text
+    assert "sess_" not in text  # no unbounded labels
+    # The metrics key cannot chat.
+    denied = httpx.post(
+        f"{server.base_url}/v1/chat/completions", json=BODY, headers=auth, timeout=30
+    )
+    assert denied.status_code == 403
+
+
+def test_metrics_on_a_separate_loopback_port(servers: ServerFactory) -> None:
+    port = free_port()
+    servers(COURIER_METRICS_PORT=str(port))  # what it serves there is all this test reads
+    resp = httpx.get(f"http://127.0.0.1:{port}/metrics")
+    assert resp.status_code == 200
+    assert "courier_turns_in_flight" in resp.text

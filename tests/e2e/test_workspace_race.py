@@ -23,7 +23,7 @@ from app.tools.files import _write
 from app.tools.registry import ToolContext, ToolError
 from app.tools.workspace import _read
 from tests.support.approvals import call, tool_results
-from tests.support.server import Server, sim_env
+from tests.support.server import ServerFactory
 from tests.support.sim import Simulator
 
 ATTEMPTS = 10_000
@@ -136,7 +136,7 @@ def swapping_workspace(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
 
 
 def test_a_turn_racing_a_swapped_directory_ends_with_tool_errors_never_a_500(
-    simulator: Simulator, swapping_workspace: tuple[Path, Path], tmp_path: Path
+    simulator: Simulator, servers: ServerFactory, swapping_workspace: tuple[Path, Path]
 ) -> None:
     """The hostile model reads and writes through `d` while another process swaps it; the
     guard's path checks (realpath raises EINVAL when `d` changes mid-call) must turn into
@@ -150,17 +150,14 @@ def test_a_turn_racing_a_swapped_directory_ends_with_tool_errors_never_a_500(
     simulator.script(
         [{"reply": {"tool_calls": calls}} for _ in range(ROUNDS)] + [{"reply": {"text": "done"}}]
     )
-    env = sim_env(simulator.base_url, COURIER_WORKSPACE=str(ws))
-    server = Server(data_dir=tmp_path / "data", env=env).start()
-    try:
-        resp = httpx.post(
-            f"{server.base_url}/v1/chat/completions",
-            json={"model": "courier", "messages": [{"role": "user", "content": "race"}]},
-            headers=server.headers(),
-            timeout=120,
-        )
-    finally:
-        server.stop()
+    server = servers(COURIER_WORKSPACE=str(ws))
+    resp = httpx.post(
+        f"{server.base_url}/v1/chat/completions",
+        json={"model": "courier", "messages": [{"role": "user", "content": "race"}]},
+        headers=server.headers(),
+        timeout=120,
+    )
+    server.stop()
     assert resp.status_code == 200, resp.text
     assert resp.json()["choices"][0]["message"]["content"] == "done"
     results = tool_results(simulator)  # the last request carries every round's results

@@ -8,6 +8,7 @@ layout fail where they would silently stop holding.
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 
@@ -37,3 +38,17 @@ def test_every_test_file_sits_in_a_tier() -> None:
         and "node_modules" not in path.parts
     )
     assert loose == [], "each test file goes in tests/unit/ (in-process) or tests/e2e/"
+
+
+def test_every_courier_server_comes_from_the_factory() -> None:
+    """`ServerFactory` (tests/support/server.py) is the one place a test's server is built:
+    a copy of its own would again decide data directories, timeouts and cleanup by itself."""
+    built = re.compile(r"(?<![\w.])Server\(")
+    copies = sorted(
+        f"{path.relative_to(TESTS)}:{number}"
+        for path in TESTS.rglob("*.py")
+        if path != TESTS / "support" / "server.py" and "node_modules" not in path.parts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if built.search(line)
+    )
+    assert copies == [], "start servers with the `servers`/`module_servers` fixtures"

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.support.paths import REPO
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -51,18 +51,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(
-    simulator: Simulator, workspace: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    data = tmp_path_factory.mktemp("console-data")
-    env = sim_env(
-        simulator.base_url,
-        COURIER_WORKSPACE=str(workspace),
-        COURIER_APPROVAL_TIMEOUT_S="60",
-    )
-    srv = Server(data_dir=data, env=env).start()
-    yield srv
-    srv.stop()
+def server(module_servers: ServerFactory, workspace: Path) -> Server:
+    return module_servers(COURIER_WORKSPACE=str(workspace), COURIER_APPROVAL_TIMEOUT_S="60")
 
 
 def chat(server: Server, text: str) -> httpx.Response:
