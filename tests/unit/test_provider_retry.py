@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-
 import pytest
 
 from app.providers.base import (
@@ -16,35 +14,9 @@ from app.providers.base import (
     UserMessage,
 )
 from app.providers.retry import backoff_delay, stream_with_retry
+from tests.support.scripted import ScriptedProvider, Step
 
 REQUEST = ModelRequest(model="m", system=(), messages=(UserMessage("hi"),))
-
-Attempt = Sequence[ProviderEvent | ProviderError]
-"""Events yielded in order; a ProviderError in the sequence is raised at that point."""
-
-
-class ScriptedProvider:
-    def __init__(self, *attempts: Attempt) -> None:
-        self._attempts = list(attempts)
-        self.calls = 0
-        self.closed_streams = 0
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
-        assert request is REQUEST
-        if not self._attempts:
-            raise AssertionError("unexpected extra provider call")
-        self.calls += 1
-        attempt = self._attempts.pop(0)
-        try:
-            for item in attempt:
-                if isinstance(item, ProviderError):
-                    raise item
-                yield item
-        finally:
-            self.closed_streams += 1
-
-    async def aclose(self) -> None:
-        assert not self._attempts, "unused scripted attempts"
 
 
 class Sleeps:
@@ -55,7 +27,7 @@ class Sleeps:
         self.delays.append(delay)
 
 
-GOOD: Attempt = (TextDelta("ok"), Finish("stop"))
+GOOD: Step = (TextDelta("ok"), Finish("stop"))
 
 
 async def _run(
@@ -63,7 +35,8 @@ async def _run(
 ) -> list[ProviderEvent]:
     stream = stream_with_retry(provider, REQUEST, max_attempts=max_attempts, sleep=sleep)
     events = [event async for event in stream]
-    await provider.aclose()
+    provider.assert_done()
+    assert all(request is REQUEST for request in provider.requests)
     return events
 
 
@@ -109,7 +82,7 @@ async def test_gives_up_after_max_attempts() -> None:
     with pytest.raises(ProviderError) as caught:
         await _run(provider, sleep, max_attempts=3)
     assert caught.value is failure
-    assert provider.calls == 3 and len(sleep.delays) == 2
+    assert len(provider.requests) == 3 and len(sleep.delays) == 2
 
 
 @pytest.mark.parametrize(
@@ -121,7 +94,7 @@ async def test_non_retryable_kinds_fail_first_time(kind: ErrorKind) -> None:
     sleep = Sleeps()
     with pytest.raises(ProviderError):
         await _run(provider, sleep)
-    assert provider.calls == 1 and sleep.delays == []
+    assert len(provider.requests) == 1 and sleep.delays == []
 
 
 async def test_no_retry_once_output_was_yielded() -> None:
@@ -134,7 +107,7 @@ async def test_no_retry_once_output_was_yielded() -> None:
         async for event in stream_with_retry(provider, REQUEST, sleep=sleep):
             seen.append(event)
     assert seen == [TextDelta("half")]
-    assert provider.calls == 1 and sleep.delays == []
+    assert len(provider.requests) == 1 and sleep.delays == []
 
 
 async def test_consumer_stopping_early_closes_the_attempt() -> None:
