@@ -15,11 +15,6 @@ from typing import Any
 
 import pytest
 
-from tests.support.clock import clock  # noqa: F401  (pytest fixture)
-from tests.support.sandbox import sandbox_present  # noqa: F401  (pytest fixture)
-from tests.support.scripted import scripted  # noqa: F401  (pytest fixture)
-from tests.support.store import db_path, store  # noqa: F401  (pytest fixtures)
-
 
 class ProcessStarted(AssertionError):
     """A test of the in-process tier tried to start a process."""
