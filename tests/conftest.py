@@ -16,4 +16,5 @@ pytest_plugins = [
     "tests.support.sandbox",
     "tests.support.scripted",
     "tests.support.store",
+    "tests.support.web_site",
 ]
