@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass, replace
 from functools import partial
@@ -31,6 +31,7 @@ import httpx
 import pytest
 
 from tests.support.approvals import BackgroundTurn, call, pending
+from tests.support.bindings import ROUTES, Case, Ids, Listing, chat
 from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
@@ -39,16 +40,6 @@ ADMIN_KEY = "admin-key-0123456789abcdef"
 SCOPES = ["approvals", "chat", "sessions:read"]
 USER_HEADER = "X-OpenWebUI-User-Id"
 """An app's end-user header, configured on the server (COURIER_END_USER_HEADERS)."""
-
-
-@dataclass(frozen=True)
-class Ids:
-    """One session's resources, by id."""
-
-    session: str
-    response: str
-    approval: str
-    grant: str
 
 
 MISSING = Ids("sess_missing000000", "resp_missing000000", "appr_missing0000", "grant_missing000")
@@ -65,163 +56,6 @@ class World:
     """What that turn answered."""
     tokens: dict[str, str]
     """Tokens bound to S2, by who minted them."""
-
-
-Send = Callable[[httpx.Client, Ids], httpx.Response]
-
-
-@dataclass(frozen=True)
-class Case:
-    """One way a route names a session: S1's id answers 404, S2's answers `own`."""
-
-    name: str
-    send: Send
-    own: int = 200
-    key_own: int | None = None
-    """What a key (not a token) gets for S2's own, where it differs from `own`."""
-    phase: str = "read"
-    """When S2's own check runs: `read` while a turn of S2 waits on its approval, `decide`
-    to answer that approval, `idle` once the turn is over, `last` to delete S2's parts and
-    `end` to delete S2 itself."""
-
-
-@dataclass(frozen=True)
-class Listing:
-    """A list the bound token gets filtered: none of S1's ids appears, S2's `shown` does."""
-
-    name: str
-    send: Send
-    shown: Callable[[Ids], str | None]
-
-
-def _events(c: httpx.Client, i: Ids) -> httpx.Response:
-    # The status only: S2's turn may still be running, and following it would wait.
-    with c.stream("GET", f"/v1/sessions/{i.session}/events") as resp:
-        body = resp.read() if resp.status_code != 200 else b""
-        return httpx.Response(resp.status_code, headers=resp.headers, content=body)
-
-
-def _chat(c: httpx.Client, text: str, headers: dict[str, str], **body: Any) -> httpx.Response:
-    payload = {"model": "courier", "messages": [{"role": "user", "content": text}], **body}
-    return c.post("/v1/chat/completions", json=payload, headers=headers)
-
-
-def _daily_usage(c: httpx.Client, _i: Ids) -> httpx.Response:
-    return c.get("/v1/usage")
-
-
-ROUTES: dict[tuple[str, str], list[Case | Listing]] = {
-    ("GET", "/v1/sessions/{session_id}"): [
-        Case("get session", lambda c, i: c.get(f"/v1/sessions/{i.session}"))
-    ],
-    ("GET", "/v1/sessions/{session_id}/messages"): [
-        Case("messages", lambda c, i: c.get(f"/v1/sessions/{i.session}/messages"))
-    ],
-    ("GET", "/v1/sessions/{session_id}/cost"): [
-        Case("cost", lambda c, i: c.get(f"/v1/sessions/{i.session}/cost"))
-    ],
-    ("GET", "/v1/sessions/{session_id}/usage"): [
-        Case("session usage", lambda c, i: c.get(f"/v1/sessions/{i.session}/usage"))
-    ],
-    ("GET", "/v1/sessions/{session_id}/turns"): [
-        Case("turns", lambda c, i: c.get(f"/v1/sessions/{i.session}/turns"))
-    ],
-    ("GET", "/v1/sessions/{session_id}/events"): [Case("events", _events)],
-    ("POST", "/v1/sessions/{session_id}/stop"): [
-        Case("stop", lambda c, i: c.post(f"/v1/sessions/{i.session}/stop"), phase="idle")
-    ],
-    ("POST", "/v1/sessions/{session_id}/fork"): [
-        Case("fork", lambda c, i: c.post(f"/v1/sessions/{i.session}/fork"), phase="idle")
-    ],
-    ("DELETE", "/v1/sessions/{session_id}"): [
-        Case("delete session", lambda c, i: c.delete(f"/v1/sessions/{i.session}"), phase="end")
-    ],
-    ("GET", "/v1/responses/{response_id}"): [
-        Case("get response", lambda c, i: c.get(f"/v1/responses/{i.response}"))
-    ],
-    ("GET", "/v1/responses/{response_id}/input_items"): [
-        Case("input items", lambda c, i: c.get(f"/v1/responses/{i.response}/input_items"))
-    ],
-    ("DELETE", "/v1/responses/{response_id}"): [
-        Case("delete response", lambda c, i: c.delete(f"/v1/responses/{i.response}"), phase="last")
-    ],
-    ("GET", "/v1/approvals/{approval_id}"): [
-        Case("get approval", lambda c, i: c.get(f"/v1/approvals/{i.approval}"))
-    ],
-    ("POST", "/v1/approvals/{approval_id}"): [
-        Case(
-            "decide",
-            lambda c, i: c.post(f"/v1/approvals/{i.approval}", json={"decision": "deny"}),
-            phase="decide",
-        )
-    ],
-    ("DELETE", "/v1/approvals/grants/{grant_id}"): [
-        Case("revoke grant", lambda c, i: c.delete(f"/v1/approvals/grants/{i.grant}"), phase="last")
-    ],
-    ("POST", "/v1/chat/completions"): [
-        Case(
-            "chat X-Session-Id",
-            lambda c, i: _chat(c, "by header", {"X-Session-Id": i.session}),
-            phase="idle",
-        ),
-        Case(
-            "chat body session_id",
-            lambda c, i: _chat(c, "by body", {}, session_id=i.session),
-            phase="idle",
-        ),
-        Case(
-            "chat retry naming the session",
-            lambda c, i: _chat(
-                c,
-                "a retry",
-                {"X-Session-Id": i.session, "x-stainless-retry-count": "1", "Idempotency-Key": "k"},
-            ),
-            phase="idle",
-        ),
-    ],
-    ("POST", "/v1/responses"): [
-        Case(
-            "responses previous_response_id",
-            lambda c, i: c.post(
-                "/v1/responses",
-                json={"model": "courier", "input": "go on", "previous_response_id": i.response},
-            ),
-            phase="idle",
-        )
-    ],
-    ("POST", "/v1/tokens"): [
-        # A token never mints (403), but naming a session it cannot see is a 404 first.
-        Case(
-            "mint",
-            lambda c, i: c.post("/v1/tokens", json={"session_id": i.session}),
-            own=403,
-            key_own=200,
-        )
-    ],
-    ("GET", "/v1/sessions"): [
-        Listing("sessions list", lambda c, i: c.get("/v1/sessions"), lambda i: i.session)
-    ],
-    ("GET", "/v1/sessions/search"): [
-        Listing(
-            "search",
-            lambda c, i: c.get("/v1/sessions/search", params={"q": "hello"}),
-            lambda i: i.session,
-        )
-    ],
-    ("GET", "/v1/approvals"): [
-        Listing("approvals list", lambda c, i: c.get("/v1/approvals"), lambda i: i.approval)
-    ],
-    ("GET", "/v1/approvals/grants"): [
-        Listing("grants list", lambda c, i: c.get("/v1/approvals/grants"), lambda i: i.grant),
-        Listing(
-            "grants of a named session",
-            lambda c, i: c.get("/v1/approvals/grants", params={"session_id": i.session}),
-            lambda i: i.grant,
-        ),
-    ],
-    # The key's spend per day: a bound token sees its session's calls only (checked by count).
-    ("GET", "/v1/usage"): [Listing("usage", _daily_usage, lambda i: None)],
-}
 
 
 @pytest.fixture(scope="module")
@@ -535,7 +369,7 @@ def test_the_bound_token_still_reaches_its_own_session(world: World, simulator: 
         for phase in ("idle", "last", "end"):
             problems += _reached(phase, bound, s2, hidden=world.s1, key=key)
         # A token names its session or is refused; it is never pinned silently.
-        unnamed = _chat(bound, "which session?", {})
+        unnamed = chat(bound, "which session?", {})
         assert unnamed.status_code == 403, unnamed.text
         assert unnamed.json()["error"]["code"] == "token_session_mismatch"
     simulator.assert_script_done()
@@ -559,7 +393,7 @@ def end_users(server: Server, simulator: Simulator) -> EndUsers:
     alice = _build_session(simulator, server, "alice", **{"X-Courier-End-User": "alice-e"})
     simulator.script([{"reply": {"text": "hello from bob"}}])
     with _key(server, **{USER_HEADER: "bob-e"}) as bob:
-        made = _chat(bob, "hello bob", {})
+        made = chat(bob, "hello bob", {})
     assert made.status_code == 200, made.text
     return EndUsers(alice, Ids(made.headers["X-Session-Id"], "", "", ""))
 
@@ -614,7 +448,7 @@ def _tool_turn(
     """A turn in `session_id` whose model makes `calls`: the next upstream request's body."""
     sim.reset()
     sim.script([{"reply": {"tool_calls": calls}}, {"reply": {"text": "done"}}])
-    resp = _chat(client, "look it up", {"X-Session-Id": session_id})
+    resp = chat(client, "look it up", {"X-Session-Id": session_id})
     assert resp.status_code == 200, resp.text
     sim.assert_script_done()
     return str(sim.requests()[-1]["body"])
@@ -631,7 +465,7 @@ def _session_of(sim: Simulator, client: httpx.Client, tag: str, user: str | None
         ]
     )
     headers = {} if user is None else {"X-Courier-End-User": user}
-    resp = _chat(client, f"the walrus of {tag} says sesame-{tag}", headers)
+    resp = chat(client, f"the walrus of {tag} says sesame-{tag}", headers)
     assert resp.status_code == 200, resp.text
     return str(resp.headers["X-Session-Id"])
 
