@@ -9,7 +9,6 @@ the same errors; and, over HTTP through the real server, one upstream connection
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -24,77 +23,21 @@ from app.providers.anthropic import AnthropicProvider, full_messages_body
 from app.providers.base import (
     CONNECT_TIMEOUT_S,
     AssistantMessage,
-    Image,
     Message,
-    ModelRequest,
-    OutputFormat,
     ProviderEvent,
-    SamplingParams,
-    SystemBlock,
-    ToolCall,
-    ToolResultMessage,
-    ToolSpec,
     UserMessage,
     coalesced,
 )
 from app.providers.clients import UpstreamClients
+from tests.support.anthropic_requests import PIXEL, READ, REQUESTS, make_request
 from tests.support.provider_stream import fold, stream_error
 from tests.support.sdk_reference import sdk_typed_stream
 from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 KEY = "sim-key-anthropic-lean-0123456789"
-READ = ToolSpec(
-    "read_file",
-    "Read a file.",
-    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-)
-PIXEL = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
 # Headers the SDK sets per call or per client instance, not per path.
 VARYING = {"x-stainless-retry-count", "x-stainless-read-timeout", "idempotency-key"}
-
-
-def _request(*messages: Message, **fields: Any) -> ModelRequest:
-    return ModelRequest(
-        model="claude-sim",
-        system=fields.pop("system", (SystemBlock("Be brief."),)),
-        messages=messages or (UserMessage("hello"),),
-        **fields,
-    )
-
-
-REQUESTS: dict[str, ModelRequest] = {
-    "plain": _request(),
-    "everything": _request(
-        UserMessage("look at these", images=(Image(media_type="image/png", data=PIXEL),)),
-        AssistantMessage("Reading.", (ToolCall("toolu_1", "read_file", '{"path":"a.txt"}'),)),
-        ToolResultMessage("toolu_1", "read_file", 'ünïcode \u2028 \x01 "quoted"', cache=True),
-        UserMessage("and https?", images=(Image(url="https://example.com/a.png"),)),
-        UserMessage("[instruction]", instruction=True),
-        system=(
-            SystemBlock("stable prompt " * 50, cache=True),
-            SystemBlock(""),
-            SystemBlock("volatile"),
-        ),
-        tools=(READ,),
-        tool_choice="read_file",
-        parallel_tool_calls=False,
-        sampling=SamplingParams(
-            temperature=0.25, top_p=0.9, stop=("STOP",), max_tokens=300, user="u-1"
-        ),
-        output_format=OutputFormat("json_schema", schema={"type": "object"}),
-        cache_ttl="1h",
-    ),
-    "greeting (no user turn)": ModelRequest(
-        model="claude-sim", system=(SystemBlock("Greet.", cache=True),), messages=()
-    ),
-    "assistant first, prefill last": _request(
-        AssistantMessage("Earlier answer."), UserMessage("go on"), AssistantMessage("Sure,")
-    ),
-    "marker on an empty message": _request(
-        UserMessage("first"), AssistantMessage("", cache=True), UserMessage("second")
-    ),
-}
 
 
 @pytest.fixture
@@ -156,8 +99,8 @@ async def test_a_keyless_gateway_gets_no_credentials_on_either_path(sim: Simulat
     try:
         # The simulator wants some key, so both answer 401; the request is recorded first.
         with pytest.raises(anthropic.AuthenticationError):
-            await _drain(sdk_typed_stream(typed, _request()))
-        assert (await stream_error(keyless, _request())).kind == "auth"
+            await _drain(sdk_typed_stream(typed, make_request()))
+        assert (await stream_error(keyless, make_request())).kind == "auth"
     finally:
         await typed.close()
         await keyless.aclose()
@@ -192,7 +135,7 @@ async def test_a_connect_waits_seconds_not_the_whole_read_timeout(sim: Simulator
         sim.base_url, KEY, timeout=600, http_client=httpx2.AsyncClient(transport=recorder)
     )
     try:
-        await _drain(provider.stream(_request()))
+        await _drain(provider.stream(make_request()))
     finally:
         await provider.aclose()
     [timeout] = recorder.seen
@@ -261,7 +204,7 @@ async def test_a_growing_conversation_encodes_only_its_new_messages(
     sim.script([{"reply": {"text": "ok"}}] * 4)
     try:
         for turn in range(4):
-            request = _request(*history, prompt_cache_key="session-growing")
+            request = make_request(*history, prompt_cache_key="session-growing")
             encoded.clear()
             await _drain(provider.stream(request))
             # The whole body still goes out, equal to a full encode (checked on every call
@@ -292,8 +235,8 @@ async def test_events_fold_as_the_typed_sdk_events_did(
     )
     sim.script([{"reply": reply}] * 2)
     try:
-        former = await _drain(sdk_typed_stream(typed, _request(tools=(READ,))))
-        lean = await _drain(shared.stream(_request(tools=(READ,))))
+        former = await _drain(sdk_typed_stream(typed, make_request(tools=(READ,))))
+        lean = await _drain(shared.stream(make_request(tools=(READ,))))
     finally:
         await typed.close()
         await clients.aclose()
@@ -341,7 +284,7 @@ async def test_faults_on_the_lean_transport_map_as_on_the_sdks_own(
     sim: Simulator, lean: AnthropicProvider, step: dict[str, Any], kind: str
 ) -> None:
     sim.script([step])
-    error = await stream_error(lean, _request())
+    error = await stream_error(lean, make_request())
     assert error.kind == kind
     assert KEY not in str(error)
     assert len(sim.requests()) == 1  # the SDK's retries stay off
@@ -356,7 +299,7 @@ async def test_a_garbled_stream_event_is_a_dropped_stream(
     )
     sim.script([{"reply": {"text": "a b c d e f"}, "fault": {"garble_event": garbled}}])
     try:
-        error = await stream_error(shared, _request())
+        error = await stream_error(shared, make_request())
     finally:
         await clients.aclose()
     assert (error.kind, error.should_fall_back) == ("stream_dropped", True)

@@ -9,7 +9,6 @@ server in tests/e2e/test_anthropic_lean_wire.py.
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import replace
 from typing import Any
@@ -22,12 +21,6 @@ import app.providers.anthropic as anthropic_wire
 from app.providers.anthropic import AnthropicProvider, encode_messages_body, full_messages_body
 from app.providers.base import (
     AssistantMessage,
-    Image,
-    Message,
-    ModelRequest,
-    OutputFormat,
-    SamplingParams,
-    SystemBlock,
     ToolCall,
     ToolResultMessage,
     ToolSpec,
@@ -37,58 +30,10 @@ from app.providers.clients import UpstreamClients
 from app.providers.messages_sse import MessagesEventDecoder
 from app.providers.sdk_transport import _as_httpx2
 from app.providers.sse_decoder import SSEDecoder
+from tests.support.anthropic_requests import REQUESTS, make_request
 from tests.support.provider_stream import stream_error
 
 KEY = "sim-key-anthropic-lean-0123456789"
-READ = ToolSpec(
-    "read_file",
-    "Read a file.",
-    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-)
-PIXEL = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
-
-
-def _request(*messages: Message, **fields: Any) -> ModelRequest:
-    return ModelRequest(
-        model="claude-sim",
-        system=fields.pop("system", (SystemBlock("Be brief."),)),
-        messages=messages or (UserMessage("hello"),),
-        **fields,
-    )
-
-
-REQUESTS: dict[str, ModelRequest] = {
-    "plain": _request(),
-    "everything": _request(
-        UserMessage("look at these", images=(Image(media_type="image/png", data=PIXEL),)),
-        AssistantMessage("Reading.", (ToolCall("toolu_1", "read_file", '{"path":"a.txt"}'),)),
-        ToolResultMessage("toolu_1", "read_file", 'ünïcode \u2028 \x01 "quoted"', cache=True),
-        UserMessage("and https?", images=(Image(url="https://example.com/a.png"),)),
-        UserMessage("[instruction]", instruction=True),
-        system=(
-            SystemBlock("stable prompt " * 50, cache=True),
-            SystemBlock(""),
-            SystemBlock("volatile"),
-        ),
-        tools=(READ,),
-        tool_choice="read_file",
-        parallel_tool_calls=False,
-        sampling=SamplingParams(
-            temperature=0.25, top_p=0.9, stop=("STOP",), max_tokens=300, user="u-1"
-        ),
-        output_format=OutputFormat("json_schema", schema={"type": "object"}),
-        cache_ttl="1h",
-    ),
-    "greeting (no user turn)": ModelRequest(
-        model="claude-sim", system=(SystemBlock("Greet.", cache=True),), messages=()
-    ),
-    "assistant first, prefill last": _request(
-        AssistantMessage("Earlier answer."), UserMessage("go on"), AssistantMessage("Sure,")
-    ),
-    "marker on an empty message": _request(
-        UserMessage("first"), AssistantMessage("", cache=True), UserMessage("second")
-    ),
-}
 
 
 def test_a_shorter_conversation_with_the_same_start_is_encoded_right() -> None:
@@ -103,16 +48,16 @@ def test_a_shorter_conversation_with_the_same_start_is_encoded_right() -> None:
 def test_an_exotic_schema_or_argument_falls_back_to_the_full_encoder() -> None:
     # orjson refuses integers past 64 bits; the stdlib encoder does not.
     huge = ToolSpec("t", "d", {"type": "integer", "maximum": 2**70})
-    request = _request(tools=(huge,))
+    request = make_request(tools=(huge,))
     assert encode_messages_body(request) == full_messages_body(request)
     assert b"1180591620717411303424" in encode_messages_body(request)
     call = AssistantMessage("", (ToolCall("toolu_big", "t", f'{{"n": {2**70}}}'),))
-    request = _request(UserMessage("hi"), call, ToolResultMessage("toolu_big", "t", "ok"))
+    request = make_request(UserMessage("hi"), call, ToolResultMessage("toolu_big", "t", "ok"))
     assert encode_messages_body(request) == full_messages_body(request)
 
 
 def test_a_corrupted_remembered_encoding_is_caught() -> None:
-    request = _request(
+    request = make_request(
         UserMessage("first"),
         AssistantMessage("second"),
         UserMessage("third"),
@@ -136,7 +81,7 @@ async def test_an_unreachable_upstream_is_a_connection_error_on_the_lean_transpo
         http_client=pool.sdk_client_for_url("http://127.0.0.1:9", timeout=5),
     )
     try:
-        error = await stream_error(adapter, _request())
+        error = await stream_error(adapter, make_request())
     finally:
         await pool.aclose()
     assert error.kind == "connection" and error.retryable
@@ -188,7 +133,7 @@ def test_every_httpx_transport_error_keeps_its_meaning_under_httpx2(kind: type) 
 
 def test_the_off_loop_gate_counts_what_the_next_call_must_encode() -> None:
     history = tuple(UserMessage(f"m{i}") for i in range(300))
-    request = _request(*history, prompt_cache_key="session-gate")
+    request = make_request(*history, prompt_cache_key="session-gate")
     key = anthropic_wire._fragment_key(request)
     assert anthropic_wire._FRAGMENTS.unencoded(history, key) == 300  # never encoded
     encode_messages_body(request)
