@@ -17,6 +17,7 @@ from app.agent.approvals import ApprovalGate, turn_guard
 from app.agent.context.cache_planner import StablePrefixRegistry
 from app.agent.context.compressor import Compressor
 from app.agent.context.context_files import ContextWatch
+from app.agent.context.window import SessionWindow
 from app.agent.cost.budget import SpendGuard
 from app.agent.events import ExitReason, TurnError, TurnEvent, TurnFinished
 from app.agent.tool_step import BatchRunner
@@ -94,6 +95,19 @@ class TurnContext:
     """The session's end user under `owner` ("" for none): the tools' and the ledger's scope."""
     bound_session: str | None = None
     """The session a session-bound token that runs the turn is bound to (None otherwise)."""
+
+    @property
+    def window(self) -> SessionWindow:
+        """The parts of this turn its context window reads (app/agent/context/window.py)."""
+        return SessionWindow(
+            store=self.store,
+            session_id=self.session_id,
+            lease=self.lease,
+            profile=self.profile,
+            compressor=self.compressor,
+            stable_tier=self.stable_tier,
+            rebuild_prompt=self.rebuild_prompt,
+        )
 
     @property
     def tool_context(self) -> ToolContext:
