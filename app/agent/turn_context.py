@@ -8,6 +8,7 @@ where they must change it (a fallback's route), replace it instead of patching i
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,9 +97,10 @@ class TurnContext:
     bound_session: str | None = None
     """The session a session-bound token that runs the turn is bound to (None otherwise)."""
 
-    @property
+    @functools.cached_property
     def window(self) -> SessionWindow:
-        """The parts of this turn its context window reads (app/agent/context/window.py)."""
+        """The parts of this turn its context window reads (app/agent/context/window.py);
+        built once, as every part is frozen (a fallback's route is a new context)."""
         return SessionWindow(
             store=self.store,
             session_id=self.session_id,
