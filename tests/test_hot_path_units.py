@@ -169,12 +169,13 @@ async def test_keepalives_come_only_while_nothing_is_sent() -> None:
     import asyncio
 
     from app.agent.events import TurnFinished, TurnText
-    from app.api.chat.output import sse_frames
+    from app.api.chat.render import ChatFrames
+    from app.api.http.sse import turn_stream
     from app.providers.pricing import Cost
     from app.providers.usage import Usage
 
     handle = TurnHandle("turn_k", "sess_k")
-    frames = sse_frames(handle, CompletionRenderer("m"), 0.3)
+    frames = turn_stream(handle, ChatFrames(CompletionRenderer("m"), handle), 0.3)
     first = await frames.__anext__()  # nothing published: the role chunk and a keepalive
     assert b'"role":"assistant"' in first and first.endswith(b": keepalive\r\n\r\n")
     assert await frames.__anext__() == b": keepalive\r\n\r\n"
