@@ -127,3 +127,24 @@ async def test_a_client_leaving_stops_the_turn_unless_it_only_watched() -> None:
         handle = _running()
         await leave(make(handle), handle)
         assert handle.task is not None and handle.task.cancelled()
+
+
+async def test_a_keepalive_due_among_ready_events_is_not_rendered_as_one() -> None:
+    """A slow client leaves events queued past the keepalive interval, so the beat lands
+    behind them; the batch is the sign of life, and the beat must not become a frame."""
+    handle = _running("turn_b")
+    replay = turn_stream(handle, ReplayFrames(handle.turn_id, 0), 0.05)
+    handle.publish(TurnText("a"))
+    first = await replay.__anext__()
+    handle.publish(TurnText("b"))
+    await asyncio.sleep(0.12)  # the client is still writing `first`: beats come due
+    handle.publish(TurnText("c"))
+    handle.publish(FINISHED)
+    rest = [write async for write in replay]
+    lines = b"".join([first, *rest]).decode().split("\r\n")
+    assert [line for line in lines if line.startswith("id: ")] == [
+        "id: 1",
+        "id: 2",
+        "id: 3",
+        "id: 4",
+    ]

@@ -243,7 +243,8 @@ async def turn_stream(
                     out.append(await frames.last(event))
                     finished = True
                     break
-                out.append(render(event))
+                if event is not _BEAT:  # a beat due behind ready events: this write is one
+                    out.append(render(event))
                 if queue.empty():
                     break
                 event = queue.get_nowait()
