@@ -50,7 +50,7 @@ def _in_netns(body: str, taken: str = TAKEN) -> dict[str, Any]:
         f"-j DNAT --to-destination {ELSEWHERE} && "
         f'exec "{sys.executable}" -c "$0"'
     )
-    program = "import json, os, socket\nfrom app import ports\n" + textwrap.dedent(body)
+    program = "import json, os, socket\nfrom app.ops import ports\n" + textwrap.dedent(body)
     done = subprocess.run(
         ["unshare", "-rn", "sh", "-c", setup, program],
         capture_output=True,
