@@ -4,7 +4,6 @@ cursor's scope, and the plan SQLite runs (the owner's index, no sort of every se
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,13 +15,6 @@ from app.db.store import Store
 
 OWNER = "fp-owner"
 OTHER = "fp-other"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "c.db")
-    yield s
-    s.close()
 
 
 def _sessions(store: Store, specs: list[tuple[str, str, str, float]]) -> None:

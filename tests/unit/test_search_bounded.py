@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -24,13 +22,6 @@ from app.db.tool_store import search_sessions
 
 KEY = "fp-key"
 OTHER = "fp-other"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "c.db")
-    yield s
-    s.close()
 
 
 def _open(store: Store, sid: str, owner: str, end_user: str = "") -> None:
