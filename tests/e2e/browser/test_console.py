@@ -96,11 +96,13 @@ def require(server: Server, path: str) -> Any:
 
 
 def usd(value: str | None) -> str:
-    """What the console prints for a USD amount (console.js `usd`)."""
+    """What the console prints for a USD amount (console.js `usd`): rounded as a binary
+    float, as JavaScript's `toFixed` does ("0.0001485" shows as $0.000149, where a
+    Decimal rounds the tie to even, $0.000148)."""
     if value is None:
         return "unknown"
-    n = Decimal(value)
-    return f"${n:.6f}" if 0 < n < Decimal("0.01") else f"${n:.4f}"
+    n = float(value)
+    return f"${n:.6f}" if 0 < n < 0.01 else f"${n:.4f}"
 
 
 @pytest.fixture(scope="module")
@@ -228,6 +230,7 @@ def test_sessions_view_filters_by_end_user(
     page.get_by_role("button", name="Filter").click()
     page.get_by_role("heading", name="Sessions of olive").wait_for()
     rows = page.locator("table.sessions tbody tr")
+    rows.first.wait_for()  # the heading is drawn before the list has loaded
     assert rows.count() == 1 and "Tell me about otters" in rows.first.inner_text()
     assert page.evaluate("() => location.hash") == "#/sessions/olive"
     shot(page, "04b-sessions-of-an-end-user")
