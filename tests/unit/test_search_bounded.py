@@ -174,8 +174,13 @@ def _random_store(store: Store, *, seed: int, sparse_owner: str) -> None:
     _retract(store, rng.sample(said, 20))
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_same_hits_as_ranking_every_match(store: Store, seed: int) -> None:
+@pytest.mark.parametrize(("seed", "exact_tags"), [(1, 16), (2, 16), (3, 16), (1, 2), (2, 3)])
+def test_same_hits_as_ranking_every_match(
+    store: Store, monkeypatch: pytest.MonkeyPatch, seed: int, exact_tags: int
+) -> None:
+    """`exact_tags` below the key's three end users ("", alice, bob) sends its key-wide
+    searches to the prefix form of the tag."""
+    monkeypatch.setattr(tool_store, "MAX_EXACT_TAGS", exact_tags)
     _random_store(store, seed=seed, sparse_owner="fp-sparse")
     cases: list[dict[str, object]] = []
     for owner, end_user in ((KEY, None), (KEY, ""), (KEY, "alice"), (OTHER, ""), ("fp-sparse", "")):
@@ -192,6 +197,7 @@ def test_same_hits_as_ranking_every_match(store: Store, seed: int) -> None:
                         }
                     )
     cases.append({"owner": KEY, "end_user": None, "terms": ["fig"], "limit": 5, "session_id": "s4"})
+    cases.append({"owner": "fp-nobody", "end_user": None, "terms": ["fig"], "limit": 5})
     for case in cases:
         expected = _every_match_ranked(store, **case)  # type: ignore[arg-type]
         hits = search_sessions(store, **case)  # type: ignore[arg-type]
