@@ -114,9 +114,10 @@ class OperatorStore:
     def sessions(
         self, *, limit: int = 50, owner: str | None = None, after: str | None = None
     ) -> list[SessionSummary]:
-        """Newest started first, `after` the id of the previous page's last session (None:
-        not one of this listing's). One key's walk `ix_session_owner_started` from there;
-        every key's together sort all sessions, as rarely as an operator asks."""
+        """Newest started first, from after `after`, the previous page's last session
+        (`UnknownSession` when it is not one of this listing's). One key's listing walks
+        `ix_session_owner_started` from there; every key's together sorts all sessions, as
+        rarely as an operator asks."""
         where = ["s.owner = :owner"] if owner else []
         params: dict[str, Any] = {"owner": owner, "limit": limit}
         if after is not None:

@@ -328,24 +328,23 @@ def search_sessions(
     if not terms or limit < 1:
         return []
     store.searchable()  # the newest messages are indexed in batches: catch up first
-    # The terms only ever match the text columns; the scope's token narrows the rows inside
-    # the index, before anything is ranked. Every end user's tag starts with the key's.
+    # The terms only ever match the text columns; the scope's tokens narrow the rows inside
+    # the index, before anything is ranked.
     match = "{content api_content} : (" + _match_expression(terms, any_term=any_term) + ")"
     with store.reader() as conn:
         tags = _scope_tags(conn, owner=owner, end_user=end_user)
-    if not tags:
-        return []
-    scope = _Scope(
-        owned=f"owner_tag : ({tags}) AND {match}",
-        terms=match,
-        values={
-            "owner": owner,
-            "any_user": end_user is None,
-            "end_user": end_user or "",
-            "session_id": session_id,
-        },
-    )
-    with store.reader() as conn:
+        if not tags:
+            return []
+        scope = _Scope(
+            owned=f"owner_tag : ({tags}) AND {match}",
+            terms=match,
+            values={
+                "owner": owner,
+                "any_user": end_user is None,
+                "end_user": end_user or "",
+                "session_id": session_id,
+            },
+        )
         best = _best_per_session(conn, scope, limit=limit)
         if not best:
             return []
