@@ -124,9 +124,10 @@ def _add_records(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     sessions = sub.add_parser("sessions", help="list, show, search or export stored sessions")
     verbs = sessions.add_subparsers(dest="verb", required=True)
-    ls = verbs.add_parser("list", help="most recently active first")
+    ls = verbs.add_parser("list", help="newest started first")
     ls.add_argument("--limit", type=int, default=50)
     ls.add_argument("--owner", help="only this key's sessions (its `key_...` id)")
+    ls.add_argument("--after", metavar="SESSION", help="the page after this session (paging)")
     store_args(ls)
     ls.set_defaults(func=_records("sessions_list"))
     show = verbs.add_parser("show", help="a session's record and every message row")

@@ -58,9 +58,15 @@ def make_engine(db_path: Path) -> Engine:
     return engine
 
 
-RETIRED_INDEXES = ("ix_api_call_turn_id", "ix_session_owner", "ix_api_call_owner")
+RETIRED_INDEXES = (
+    "ix_api_call_turn_id",
+    "ix_session_owner",
+    "ix_api_call_owner",
+    "ix_session_owner_end_user",
+)
 """Indexes an earlier release made that no query reads: each still cost every insert.
-(The owner indexes became the leading column of the owner-and-end-user ones.)"""
+(The owner indexes became the leading column of the owner-and-end-user ones; the session's
+owner-and-end-user one, without the id, gave way to the listing's two.)"""
 
 
 def _default_sql(column: Column[Any]) -> str | None:

@@ -14,8 +14,14 @@ def _now() -> float:
 
 class SessionRow(SQLModel, table=True):
     __tablename__ = "session"
-    # Listing a key's sessions, or one end user's, newest first (the sessions API's query).
-    __table_args__ = (Index("ix_session_owner_end_user", "owner", "end_user", "started_at"),)
+    # Listing a key's sessions, or one end user's, newest first (the sessions API's query):
+    # each index holds the list's whole order, id included, so a page is a walk of `limit`
+    # entries from its cursor. Without the key-wide one, a key's first page sorted all its
+    # sessions in a temporary B-tree (74 ms at 100,000 sessions).
+    __table_args__ = (
+        Index("ix_session_owner_started", "owner", "started_at", "id"),
+        Index("ix_session_owner_end_user_started", "owner", "end_user", "started_at", "id"),
+    )
 
     id: str = Field(primary_key=True)
     owner: str

@@ -22,6 +22,10 @@ class StoreMissing(Exception):
     """There is no database at the path: wrong COURIER_DATA_DIR, or nothing has run yet."""
 
 
+class UnknownSession(Exception):
+    """The session named is not in the store (or not among the listing's)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SessionSummary:
     id: str
@@ -107,12 +111,29 @@ class OperatorStore:
             cache_write_tokens=row["cache_write_tokens"],
         )
 
-    def sessions(self, *, limit: int = 50, owner: str | None = None) -> list[SessionSummary]:
-        """Most recently active first."""
-        where = "WHERE s.owner = :owner" if owner else ""
+    def sessions(
+        self, *, limit: int = 50, owner: str | None = None, after: str | None = None
+    ) -> list[SessionSummary]:
+        """Newest started first, from after `after`, the previous page's last session
+        (`UnknownSession` when it is not one of this listing's). One key's listing walks
+        `ix_session_owner_started` from there; every key's together sorts all sessions, as
+        rarely as an operator asks."""
+        where = ["s.owner = :owner"] if owner else []
+        params: dict[str, Any] = {"owner": owner, "limit": limit}
+        if after is not None:
+            anchor = self._rows(
+                "SELECT started_at, id FROM session s WHERE s.id = :after"
+                + "".join(f" AND {w}" for w in where),
+                {"after": after, "owner": owner},
+            )
+            if not anchor:
+                raise UnknownSession(after)
+            where.append("(s.started_at, s.id) < (:started, :after)")
+            params |= {"started": anchor[0]["started_at"], "after": anchor[0]["id"]}
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
         rows = self._rows(
-            f"{self._SUMMARY} {where} ORDER BY s.updated_at DESC, s.id LIMIT :limit",
-            {"owner": owner, "limit": limit},
+            f"{self._SUMMARY} {clause} ORDER BY s.started_at DESC, s.id DESC LIMIT :limit",
+            params,
         )
         return [self._summary(r) for r in rows]
 

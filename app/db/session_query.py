@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import bindparam, text
+from sqlalchemy import bindparam, text, tuple_
 from sqlmodel import Session, col, func, select
 
 from app.db.chat_store import forget_index_from
@@ -145,6 +145,26 @@ def _summaries(db: Session, sessions: Sequence[SessionRow]) -> list[SessionSumma
     ]
 
 
+class UnknownCursor(Exception):
+    """A listing's cursor names no session of that listing: forged, mistyped, or another
+    owner's (told apart from none by nobody, so ids cannot be probed through it)."""
+
+
+def _anchor(
+    db: Session, *, before: str, owner: str | None, end_user: str | None
+) -> tuple[float, str]:
+    """(started_at, id) of the cursor's session, read only within the listing's scope."""
+    query = select(SessionRow.started_at, SessionRow.id).where(SessionRow.id == before)
+    if owner is not None:
+        query = query.where(SessionRow.owner == owner)
+    if end_user is not None:
+        query = query.where(SessionRow.end_user == end_user)
+    found = db.exec(query).first()
+    if found is None:
+        raise UnknownCursor(before)
+    return float(found[0]), str(found[1])
+
+
 def list_sessions(
     store: Store,
     *,
@@ -157,9 +177,16 @@ def list_sessions(
     """A page of sessions, newest first, and whether more follow.
 
     `owner=None` lists every principal's sessions (the admin view); `end_user` narrows it
-    to one end user's (None: every end user's). `before` is the id of
-    the last session of the previous page; ordering is (started_at, id) descending, so
-    sessions started in the same instant still page without repeats or gaps.
+    to one end user's (None: every end user's). `before` is the id of the last session of
+    the previous page; ordering is (started_at, id) descending, so sessions started in the
+    same instant still page without repeats or gaps. A `before` outside this listing's
+    scope raises `UnknownCursor`, whether it exists elsewhere or not.
+
+    With an owner, a page walks `ix_session_owner_started` (or its end-user twin) from the
+    cursor: the bound is a row value, which SQLite seeks to; written as `a < x OR (a = x
+    AND id < y)` it walked every entry newer than the cursor (12.9 ms against 0.04 ms 50,000
+    sessions deep). The admin's listing across owners has no index of its own: rare, and
+    an index on (started_at, id) would cost every new session's insert for it.
     """
     with Session(store.engine, expire_on_commit=False) as db:
         query = select(SessionRow)
@@ -171,15 +198,9 @@ def list_sessions(
             retracted = select(SessionRetractionRow.session_id)
             query = query.where(col(SessionRow.id).not_in(retracted))
         if before is not None:
-            anchor = db.get(SessionRow, before)
-            if anchor is None:
-                return [], False
+            anchor = _anchor(db, before=before, owner=owner, end_user=end_user)
             query = query.where(
-                (col(SessionRow.started_at) < anchor.started_at)
-                | (
-                    (col(SessionRow.started_at) == anchor.started_at)
-                    & (col(SessionRow.id) < anchor.id)
-                )
+                tuple_(col(SessionRow.started_at), col(SessionRow.id)) < tuple_(*anchor)
             )
         rows = db.exec(
             query.order_by(col(SessionRow.started_at).desc(), col(SessionRow.id).desc()).limit(

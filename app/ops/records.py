@@ -19,7 +19,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
-from app.db.operator_store import OperatorStore, SessionSummary, StoreMissing
+from app.db.operator_store import OperatorStore, SessionSummary, StoreMissing, UnknownSession
 from app.security.auth import fingerprint
 
 
@@ -65,7 +65,10 @@ def sessions_list(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     store = _open(args)
     try:
-        found = store.sessions(limit=args.limit, owner=args.owner)
+        found = store.sessions(limit=args.limit, owner=args.owner, after=args.after)
+    except UnknownSession:
+        print(f"courier: no session {args.after} to list after", file=sys.stderr)
+        return 1
     finally:
         store.close()
     if args.json:
@@ -75,12 +78,12 @@ def sessions_list(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if not found:
         out.write("no sessions\n")
         return 0
-    rows = [["SESSION", "PROFILE", "LAST ACTIVE (UTC)", "TURNS", "COST", "TITLE"]]
+    rows = [["SESSION", "PROFILE", "STARTED (UTC)", "TURNS", "COST", "TITLE"]]
     rows += [
         [
             s.id,
             s.profile,
-            _when(s.last_active_at),
+            _when(s.started_at),
             str(s.turns),
             _usd(s.cost_usd) + ("+?" if s.cost_unknown_calls else ""),
             s.title[:40],
@@ -88,6 +91,8 @@ def sessions_list(args: argparse.Namespace, out: TextIO | None = None) -> int:
         for s in found
     ]
     _table(rows, out)
+    if len(found) == args.limit:
+        out.write(f"(older: --after {found[-1].id})\n")
     return 0
 
 

@@ -122,7 +122,8 @@ SESSION_SEARCH = Tool(
         "Search the text of your earlier conversations with this user (including parts "
         "already summarised away). Plain words only: all words "
         "must match, falling back to any word. Returns the best match per session with the "
-        "messages around it."
+        "messages around it. A very common word is looked for among the most recent "
+        "messages that contain it; add a rarer word to reach further back."
     ),
     parameters={
         "type": "object",

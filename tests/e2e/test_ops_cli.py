@@ -239,6 +239,14 @@ def test_sessions_list_shows_the_session_with_its_cost(seeded: Server) -> None:
     assert row["turns"] == 1 and float(row["cost_usd"]) > 0
     text = run_records(seeded, "sessions", "list").stdout
     assert sid in text and "note the pelicans" in text
+    assert (
+        "(older: --after " + sid + ")"
+        in run_records(seeded, "sessions", "list", "--limit", "1").stdout
+    )
+    after = run_records(seeded, "sessions", "list", "--after", sid)
+    assert after.returncode == 0 and after.stdout == "no sessions\n"
+    missing = run_records(seeded, "sessions", "list", "--after", "sess_nope")
+    assert missing.returncode == 1 and "no session sess_nope" in missing.stderr
 
 
 def test_sessions_show_and_export_every_row(seeded: Server) -> None:

@@ -67,7 +67,7 @@ def _all_pages(srv: Server, path: str, admin: bool = False, **params: Any) -> li
     items: list[Any] = []
     cursor: str | None = None
     for _ in range(100):
-        page = _ok(_get(srv, path, admin, **params, **({"cursor": cursor} if cursor else {})))
+        page = _ok(_get(srv, path, admin, **params, **({"after": cursor} if cursor else {})))
         items += page["data"]
         if not page["has_more"]:
             assert page["next_cursor"] is None
@@ -163,12 +163,32 @@ def test_bad_paging_parameters_are_400(srv: Server) -> None:
         resp = _get(srv, "/v1/sessions", **params)
         assert resp.status_code == 400
         assert resp.json()["error"]["param"] == "limit"
-    assert _ok(_get(srv, "/v1/sessions", cursor="sess_nope")) == {
-        "object": "list",
-        "data": [],
-        "has_more": False,
-        "next_cursor": None,
-    }
+    for cursor in ("x" * 257, ""):
+        resp = _get(srv, "/v1/sessions", after=cursor)
+        assert resp.status_code == 400 and resp.json()["error"]["param"] == "after"
+
+
+def test_a_cursor_naming_no_session_of_the_listing_is_400(srv: Server, sim: Simulator) -> None:
+    """A forged cursor and another principal's session id get the same answer: the cursor
+    cannot probe for ids, nor place someone else's session among the caller's."""
+    theirs = _new_session(srv, sim, "admin cursor matter", admin=True)
+    _new_session(srv, sim, "my cursor matter")
+    answers = []
+    for cursor in ("sess_nope", theirs, "' OR 1=1 --"):
+        for name in ("after", "cursor"):
+            resp = _get(srv, "/v1/sessions", **{name: cursor})
+            assert resp.status_code == 400, resp.text
+            error = resp.json()["error"]
+            assert error["param"] == name and error["code"] == "invalid_cursor"
+            assert error["type"] == "invalid_request_error"
+            answers.append(resp.json())
+    assert all(a == answers[i % 2] for i, a in enumerate(answers))
+    # The admin's listing spans principals: there, the same id is a cursor.
+    assert _get(srv, "/v1/sessions", True, after=theirs).status_code == 200
+    mine = _ok(_get(srv, "/v1/sessions", limit=1))["data"][0]["id"]
+    conflicting = _get(srv, "/v1/sessions", after=mine, cursor=theirs)
+    assert conflicting.status_code == 400
+    assert _get(srv, "/v1/sessions", after=mine, cursor=mine).status_code == 200
 
 
 def test_fork_from_a_message_with_its_own_workspace(srv: Server, sim: Simulator) -> None:

@@ -47,13 +47,18 @@ def _turns(server: Server, sid: str) -> list[dict[str, Any]]:
     return data
 
 
-def _events(server: Server, sid: str, after: int = 0) -> list[dict[str, Any]]:
+def _events(
+    server: Server, sid: str, after: int | None = 0, last_event_id: str | None = None
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    headers = server.headers()
+    if last_event_id is not None:
+        headers["Last-Event-ID"] = last_event_id
     with httpx.stream(
         "GET",
         f"{server.base_url}/v1/sessions/{sid}/events",
-        params={"after": after},
-        headers=server.headers(),
+        params={"after": after} if after is not None else {},
+        headers=headers,
         timeout=30,
     ) as resp:
         assert resp.status_code == 200, resp.read()
@@ -210,6 +215,46 @@ def test_events_replay_after_n_yields_exactly_the_rest(srv: Server, sim: Simulat
     assert text == "Let me wait.\n\nDone waiting."
     for n in (1, 2, len(everything) - 1, len(everything), len(everything) + 5):
         assert _events(srv, sid, after=n) == everything[n:]
+
+
+def test_events_resume_from_last_event_id_as_from_after(srv: Server, sim: Simulator) -> None:
+    """What a browser's EventSource sends when it reconnects: the id of the last event it
+    got. Every id resumes exactly after it; an `N.k` id (event N cut after its k-th frame,
+    as a chat stream numbers a many-frame event) resumes at N itself."""
+    wait = {"name": "wait", "arguments": {"seconds": 0}, "id": "w3"}
+    sim.script(
+        [
+            {"reply": {"text": "Waiting.", "tool_calls": [wait]}},
+            {"reply": {"text": "Resumed."}},
+        ]
+    )
+    resp = _chat(srv, "resume me")
+    assert resp.status_code == 200, resp.text
+    sid = resp.headers["x-session-id"]
+    everything = _events(srv, sid)
+    for n in range(len(everything) + 2):
+        assert _events(srv, sid, after=None, last_event_id=str(n)) == everything[n:], n
+    assert _events(srv, sid, after=None, last_event_id="3.2") == everything[2:]
+    assert _events(srv, sid, after=None, last_event_id="") == everything  # none received
+    # Both given (a client that kept its after= in the URL): the later one wins.
+    assert _events(srv, sid, after=2, last_event_id="4") == everything[4:]
+    assert _events(srv, sid, after=4, last_event_id="2") == everything[4:]
+
+
+@pytest.mark.parametrize(
+    "bad", ["abc", "-1", "1.x", "1.", ".1", "1.2.3", "1e3", "0x10", "+1", "1" * 21, b"\xc2\xb2"]
+)
+def test_a_last_event_id_this_stream_never_sent_is_400(
+    srv: Server, sim: Simulator, bad: str | bytes
+) -> None:
+    sim.script([{"reply": {"text": "Hello."}}])
+    sid = _chat(srv, "a turn to watch").headers["x-session-id"]
+    headers: dict[str, Any] = {**srv.headers(), "Last-Event-ID": bad}
+    resp = httpx.get(f"{srv.base_url}/v1/sessions/{sid}/events", headers=headers, timeout=30)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["param"] == "Last-Event-ID" and error["code"] == "invalid_last_event_id"
+    assert error["type"] == "invalid_request_error"
 
 
 def test_replays_are_held_to_the_memory_budget(sim: Simulator, servers: ServerFactory) -> None:

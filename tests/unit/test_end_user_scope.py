@@ -151,7 +151,8 @@ def test_a_database_from_before_end_users_upgrades_at_start(tmp_path: Path) -> N
         db.execute("DROP VIEW message_fts_source")
         for name in ("message_fts_ad", "message_fts_au"):
             db.execute(f"DROP TRIGGER {name}")
-        db.execute("DROP INDEX ix_session_owner_end_user")
+        db.execute("DROP INDEX ix_session_owner_started")
+        db.execute("DROP INDEX ix_session_owner_end_user_started")
         db.execute("DROP INDEX ix_api_call_owner_end_user")
         db.execute("ALTER TABLE session DROP COLUMN end_user")
         db.execute("ALTER TABLE api_call DROP COLUMN end_user")
@@ -190,7 +191,11 @@ def test_a_database_from_before_end_users_upgrades_at_start(tmp_path: Path) -> N
             view = db.execute(
                 "SELECT sql FROM sqlite_master WHERE name = 'message_fts_source'"
             ).fetchone()[0]
-        assert {"ix_session_owner_end_user", "ix_api_call_owner_end_user"} <= indexes
+        assert {
+            "ix_session_owner_started",
+            "ix_session_owner_end_user_started",
+            "ix_api_call_owner_end_user",
+        } <= indexes
         assert not {"ix_session_owner", "ix_api_call_owner"} & indexes
         assert "end_user" in view
         # The old notes are the key's own (no end user); an end user gets a row of its own.

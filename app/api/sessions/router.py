@@ -29,6 +29,8 @@ router = APIRouter()
 
 Limit = Annotated[int, Query(ge=1, le=100)]
 EndUserQuery = Annotated[str | None, Query(max_length=MAX_CHARS)]
+Cursor = Annotated[str | None, Query(min_length=1, max_length=256)]
+"""A listing's cursor: the id of the previous page's last session (ids are at most 128)."""
 
 
 def session_json(state: AppState, summary: q.SessionSummary) -> dict[str, Any]:
@@ -62,32 +64,43 @@ async def list_sessions(
     state: StateDep,
     principal: ReaderDep,
     limit: Limit = 20,
-    cursor: str | None = None,
-    after: str | None = None,
+    after: Cursor = None,
+    cursor: Cursor = None,
     user: EndUserQuery = None,
 ) -> dict[str, Any]:
-    """Newest first. `cursor` (or `after`) is the previous page's `next_cursor`. An admin
-    key lists every principal's sessions, retracted ones included. `user` lists one end
-    user's; a request whose headers name an end user lists only that one's. A token bound to
-    one session lists that one (on the first page: filtering a page of the key's sessions
-    would leave it out whenever 20 newer ones exist)."""
+    """Newest first. `after` (or its older name `cursor`) is the previous page's
+    `next_cursor`; one that names no session of this listing is a 400, another owner's
+    exactly like a made-up one. An admin key lists every principal's sessions, retracted
+    ones included. `user` lists one end user's; a request whose headers name an end user
+    lists only that one's. A token bound to one session lists that one (on the first page:
+    filtering a page of the key's sessions would leave it out whenever 20 newer ones
+    exist)."""
     end_user = listing_scope(request.headers, state.settings, requested=user)
+    if after is not None and cursor is not None and after != cursor:
+        raise ApiError(400, "give after or cursor, not both", param="cursor", code="invalid_cursor")
+    before = after if after is not None else cursor
     if principal.session_id is not None:
         bound = (
-            None
-            if cursor or after
-            else visible_summary(state, principal, principal.session_id, end_user)
+            None if before else visible_summary(state, principal, principal.session_id, end_user)
         )
         rows, more = ([bound] if bound is not None else []), False
     else:
-        rows, more = q.list_sessions(
-            state.store,
-            owner=None if principal.admin else principal.owner,
-            limit=limit,
-            before=cursor or after,
-            include_retracted=principal.admin,
-            end_user=end_user,
-        )
+        try:
+            rows, more = q.list_sessions(
+                state.store,
+                owner=None if principal.admin else principal.owner,
+                limit=limit,
+                before=before,
+                include_retracted=principal.admin,
+                end_user=end_user,
+            )
+        except q.UnknownCursor:
+            raise ApiError(
+                400,
+                "the cursor names no session of this listing: pass the previous page's next_cursor",
+                param="after" if after is not None else "cursor",
+                code="invalid_cursor",
+            ) from None
     # Pricing is CPU work: off the event loop, so running streams keep flowing.
     data = await asyncio.to_thread(lambda: [session_json(state, r) for r in rows])
     return {

@@ -2,16 +2,18 @@
 
 `POST /v1/sessions/{id}/stop` ends the running turn (visible text kept, open tool calls
 closed); `GET /v1/sessions/{id}/turns` lists every turn with its exit reason, upstream
-calls, usage and cost; `GET /v1/sessions/{id}/events?after=N` replays the newest turn's
-events after sequence number N and follows it live, so a client that dropped loses nothing.
+calls, usage and cost; `GET /v1/sessions/{id}/events?after=N` (or with `Last-Event-ID: N`,
+as an EventSource reconnects) replays the newest turn's events after sequence number N and
+follows it live, so a client that dropped loses nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Header, Query
 
 from app.agent.turns.handle import TurnHandle
 from app.api.http.deps import StateDep
@@ -103,14 +105,39 @@ async def list_turns(
     }
 
 
+_EVENT_NUMBER = re.compile(r"[0-9]{1,18}")
+"""A sequence number as this server writes it: ASCII digits, within a 64-bit integer."""
+
+
+def resume_after(after: int, last_event_id: str | None) -> int:
+    """Where a reconnecting client resumes: after the later of `after=` and the
+    `Last-Event-ID` its EventSource sends (the id of the last event it got). `N.k` (event
+    N cut after its k-th frame, as a chat stream numbers a many-frame event) resumes at N
+    itself. An empty id is none received; anything else is refused, not guessed at: a
+    wrong guess replays events twice or skips them."""
+    if not last_event_id:
+        return after
+    whole, dot, part = last_event_id.partition(".")
+    if not (_EVENT_NUMBER.fullmatch(whole) and (not dot or _EVENT_NUMBER.fullmatch(part))):
+        raise ApiError(
+            400,
+            "Last-Event-ID must be the id of an event this stream sent (N or N.k)",
+            param="Last-Event-ID",
+            code="invalid_last_event_id",
+        )
+    return max(after, int(whole) - 1 if dot else int(whole))
+
+
 @router.get("/v1/sessions/{session_id}/events")
 async def turn_events(
     session: ChatSession,
     state: StateDep,
     after: Annotated[int, Query(ge=0)] = 0,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
-    """Events after `after` (the SSE `id` is the sequence number), then the live ones;
-    ends after `finished`."""
+    """Events after `after` or the `Last-Event-ID` header (the SSE `id` is the sequence
+    number), then the live ones; ends after `finished`."""
+    after = resume_after(after, last_event_id)
     handle = state.turns.latest_for(session.id)
     if handle is None:
         raise ApiError(

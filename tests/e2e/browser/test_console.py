@@ -96,11 +96,13 @@ def require(server: Server, path: str) -> Any:
 
 
 def usd(value: str | None) -> str:
-    """What the console prints for a USD amount (console.js `usd`)."""
+    """What the console prints for a USD amount (console.js `usd`): rounded as a binary
+    float, as JavaScript's `toFixed` does ("0.0001485" shows as $0.000149, where a
+    Decimal rounds the tie to even, $0.000148)."""
     if value is None:
         return "unknown"
-    n = Decimal(value)
-    return f"${n:.6f}" if 0 < n < Decimal("0.01") else f"${n:.4f}"
+    n = float(value)
+    return f"${n:.6f}" if 0 < n < 0.01 else f"${n:.4f}"
 
 
 @pytest.fixture(scope="module")
@@ -228,6 +230,7 @@ def test_sessions_view_filters_by_end_user(
     page.get_by_role("button", name="Filter").click()
     page.get_by_role("heading", name="Sessions of olive").wait_for()
     rows = page.locator("table.sessions tbody tr")
+    rows.first.wait_for()  # the heading is drawn before the list has loaded
     assert rows.count() == 1 and "Tell me about otters" in rows.first.inner_text()
     assert page.evaluate("() => location.hash") == "#/sessions/olive"
     shot(page, "04b-sessions-of-an-end-user")
@@ -392,3 +395,38 @@ def test_the_usage_api_counts_only_the_callers_spend(server: Server) -> None:
     anonymous = httpx.get(f"{server.base_url}/v1/usage")
     assert anonymous.status_code == 401
     json.dumps(body)  # serialisable as sent
+
+
+def test_older_sessions_load_a_page_at_a_time_without_repeats(
+    page: Any, server: Server, simulator: Simulator, seeded: dict[str, str]
+) -> None:
+    """Last in the file: its 55 new sessions would push the seeded ones off the first page
+    the tests above look at."""
+    simulator.reset()
+    simulator.script([{"reply": {"text": f"Noted {n}."}} for n in range(55)])
+    for n in range(55):
+        resp = httpx.post(
+            f"{server.base_url}/v1/chat/completions",
+            headers=server.headers(),
+            json={
+                "model": "courier",
+                "messages": [{"role": "user", "content": f"page me {n}"}],
+                "user": "pager",
+            },
+            timeout=90,
+        )
+        assert resp.status_code == 200, resp.text
+    sign_in(page, server)
+    page.goto(f"{server.base_url}/console/#/sessions/pager")
+    page.get_by_role("heading", name="Sessions of pager").wait_for()
+    rows = page.locator("table.sessions tbody tr")
+    rows.nth(49).wait_for()
+    assert rows.count() == 50
+    page.get_by_role("button", name="Older sessions").click()
+    rows.nth(54).wait_for()
+    titles = [rows.nth(i).locator("a").first.inner_text() for i in range(rows.count())]
+    assert titles == [f"page me {n}" for n in reversed(range(55))]
+    assert page.get_by_role("button", name="Older sessions").is_hidden()
+    assert "55 session(s)." in page.locator("#status").inner_text()
+    shot(page, "11-sessions-older-page")
+    assert page.errors == []

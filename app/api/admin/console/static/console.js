@@ -167,6 +167,8 @@ function userParam(user) {
   return user ? `&user=${encodeURIComponent(user)}` : "";
 }
 
+const SESSIONS_PAGE = 50;
+
 async function sessionsView(user) {
   const filter = h(
     "form",
@@ -188,41 +190,70 @@ async function sessionsView(user) {
   const results = h("div", { id: "results" });
   show(h("h2", {}, user ? `Sessions of ${user}` : "Sessions"), filter, form, results);
   status("Loading sessions…");
-  const page = await api(`/v1/sessions?limit=50${userParam(user)}`);
-  results.replaceChildren(sessionsTable(page.data, page.has_more, user));
-  status(`${page.data.length} session(s)${page.has_more ? ", more available" : ""}.`);
+  const page = await api(`/v1/sessions?limit=${SESSIONS_PAGE}${userParam(user)}`);
+  if (!page.data.length) {
+    results.replaceChildren(
+      h("p", { class: "muted" }, user ? "No sessions for this end user." : "No sessions yet."));
+    status("0 session(s).");
+    return;
+  }
+  const table = sessionsTable(page.data);
+  let shown = page.data.length;
+  let next = page.next_cursor;
+  const older = h("button", { type: "button", onclick: () => loadOlder() }, "Older sessions");
+  const showing = () => {
+    older.hidden = !next;
+    status(`${shown} session(s)${next ? ", more available" : ""}.`);
+  };
+  // The next page is the one after the last row shown (`after=`, a place in the list), so
+  // a session started meanwhile neither repeats a row nor pushes one out of view.
+  async function loadOlder() {
+    older.disabled = true;
+    status("Loading older sessions…");
+    try {
+      const more = await api(
+        `/v1/sessions?limit=${SESSIONS_PAGE}&after=${encodeURIComponent(next)}${userParam(user)}`);
+      table.tBodies[0].append(...more.data.map(sessionRow));
+      shown += more.data.length;
+      next = more.next_cursor;
+      showing();
+    } catch (err) {
+      status(explain(err), true);
+    } finally {
+      older.disabled = false;
+    }
+  }
+  results.replaceChildren(table, older);
+  showing();
 }
 
-function sessionsTable(rows, hasMore, user) {
-  if (!rows.length) return h("p", { class: "muted" }, user ? "No sessions for this end user." : "No sessions yet.");
+function sessionsTable(rows) {
   const head = ["Session", "End user", "Profile", "Last activity", "Turns", "Cost", "Cache savings"];
   const numeric = new Set(["Turns", "Cost", "Cache savings"]);
   return h(
     "table",
     { class: "sessions" },
-    h("caption", {}, hasMore ? "Most recent sessions (more exist)" : "Most recent sessions"),
+    h("caption", {}, "Sessions, newest first"),
     h("thead", {}, h("tr", {}, head.map((label) =>
       h("th", { scope: "col", class: numeric.has(label) ? "num" : null }, label)))),
-    h(
-      "tbody",
-      {},
-      rows.map((s) =>
-        h(
-          "tr",
-          {},
-          h("td", { class: "title", "data-label": "Session" },
-            h("a", { href: `#/session/${encodeURIComponent(s.id)}` }, s.title || "(untitled)"),
-            h("div", { class: "muted" }, h("code", {}, s.id))),
-          h("td", { "data-label": "End user" },
-            s.user ? h("a", { href: sessionsHref(s.user) }, s.user) : h("span", { class: "muted" }, "none")),
-          h("td", { "data-label": "Profile" }, s.profile),
-          h("td", { "data-label": "Last activity" }, when(s.last_active_at)),
-          h("td", { class: "num", "data-label": "Turns" }, s.turns),
-          h("td", { class: "num", "data-label": "Cost" }, usd(s.cost_usd)),
-          h("td", { class: "num", "data-label": "Cache savings" }, usd(s.cache_savings_usd)),
-        ),
-      ),
-    ),
+    h("tbody", {}, rows.map(sessionRow)),
+  );
+}
+
+function sessionRow(s) {
+  return h(
+    "tr",
+    {},
+    h("td", { class: "title", "data-label": "Session" },
+      h("a", { href: `#/session/${encodeURIComponent(s.id)}` }, s.title || "(untitled)"),
+      h("div", { class: "muted" }, h("code", {}, s.id))),
+    h("td", { "data-label": "End user" },
+      s.user ? h("a", { href: sessionsHref(s.user) }, s.user) : h("span", { class: "muted" }, "none")),
+    h("td", { "data-label": "Profile" }, s.profile),
+    h("td", { "data-label": "Last activity" }, when(s.last_active_at)),
+    h("td", { class: "num", "data-label": "Turns" }, s.turns),
+    h("td", { class: "num", "data-label": "Cost" }, usd(s.cost_usd)),
+    h("td", { class: "num", "data-label": "Cache savings" }, usd(s.cache_savings_usd)),
   );
 }
 
