@@ -52,10 +52,23 @@ class ToolContext:
     """Workspace bytes, disk reserve and per-call limits (app/tools/workspace_quota.py)."""
 
 
-ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    content: str
+    is_error: bool = False
+
+
+ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[str | ToolOutcome]]
+"""A tool's work; a plain string is a successful result (an MCP server says itself
+whether its result is an error, so its handler returns the outcome whole)."""
 UnitHandler = Callable[[dict[str, Any], ToolContext], str]
 """A tool's work when it is only store reads and writes, done synchronously."""
 Access = Literal["read", "write"]
+Approval = Literal["judge", "ask", "ask_always"]
+"""How the approval ladder treats a call: `judge` reads its command and paths (built-in
+tools); `ask` asks a human unless bypassed or granted (an MCP tool that may change
+things); `ask_always` asks every time, like a protected write (an MCP server the
+operator marked `approval: always`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,14 +105,10 @@ class Tool:
     where there were two (and a thread hop). It must leave its writes whole: it raises
     before its last write or not at all, since what it wrote commits with the result."""
 
+    approval: Approval = "judge"
+
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
-
-
-@dataclass(frozen=True, slots=True)
-class ToolOutcome:
-    content: str
-    is_error: bool = False
 
 
 def parse_arguments(raw: str) -> dict[str, Any] | str:
@@ -223,7 +232,8 @@ class ToolRegistry:
 
     async def invoke(self, tool: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         try:
-            return ToolOutcome(await tool.handler(coerce_arguments(args, tool.parameters), ctx))
+            result = await tool.handler(coerce_arguments(args, tool.parameters), ctx)
+            return result if isinstance(result, ToolOutcome) else ToolOutcome(result)
         except Exception as exc:
             return _failed(tool, exc)
 
