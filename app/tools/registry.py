@@ -64,11 +64,12 @@ whether its result is an error, so its handler returns the outcome whole)."""
 UnitHandler = Callable[[dict[str, Any], ToolContext], str]
 """A tool's work when it is only store reads and writes, done synchronously."""
 Access = Literal["read", "write"]
-Approval = Literal["judge", "ask", "ask_always"]
+Approval = Literal["judge", "allow", "ask", "ask_always"]
 """How the approval ladder treats a call: `judge` reads its command and paths (built-in
-tools); `ask` asks a human unless bypassed or granted (an MCP tool that may change
-things); `ask_always` asks every time, like a protected write (an MCP server the
-operator marked `approval: always`)."""
+tools); `allow` runs it (an MCP tool its server marks read-only, or a server the operator
+marked `approval: never`); `ask` asks a human unless bypassed or granted (an MCP tool
+that may change things); `ask_always` asks every time, like a protected write (an MCP
+server the operator marked `approval: always`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +178,11 @@ class ToolRegistry:
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self._views: dict[frozenset[str], ToolRegistry] = {}
+        self.version = 0
+        """Bumped when a toolset is replaced: a name may then mean another schema."""
+        self.extra_toolsets: Callable[[str], tuple[str, ...]] = _no_extra_toolsets
+        """Toolsets a profile's sessions get beyond its own list, by profile name: the
+        MCP servers that offer it (app/tools/mcp/hub.py)."""
         self.availability = AvailabilityCache(clock=clock)
         for tool in tools:
             self.register(tool)
@@ -186,6 +192,21 @@ class ToolRegistry:
             raise ValueError(f"tool {tool.name!r} registered twice")
         self._tools[tool.name] = tool
         self._views.clear()
+
+    def replace_toolset(self, toolset: str, tools: Iterable[Tool]) -> None:
+        """Swap `toolset`'s tools for `tools` (an MCP server's new listing).
+
+        A new dict replaces the old one rather than changing it: openings read the registry
+        on the store's writer thread while this runs on the event loop, so a reader sees
+        the old set or the new one, never half of each."""
+        kept = {name: tool for name, tool in self._tools.items() if tool.toolset != toolset}
+        for tool in tools:
+            if tool.name in kept:
+                raise ValueError(f"tool {tool.name!r} is already registered by another toolset")
+            kept[tool.name] = tool
+        self._tools = kept
+        self._views = {}
+        self.version += 1
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -246,6 +267,10 @@ class ToolRegistry:
             raise  # the unit itself failed: it rolls back whole, and the turn says so
         except Exception as exc:
             return _failed(tool, exc)
+
+
+def _no_extra_toolsets(_profile: str) -> tuple[str, ...]:
+    return ()
 
 
 def _failed(tool: Tool, exc: Exception) -> ToolOutcome:

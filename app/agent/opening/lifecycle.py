@@ -33,11 +33,16 @@ from app.agent.opening.continuity import chain, extend, scope_seed
 from app.agent.opening.profiles import Profiles
 from app.agent.opening.session_setup import SessionSetup
 from app.agent.opening.tool_snapshot import (
+    EMPTY,
+    MCP_TOOLS_CHANGED,
+    mcp_portion,
     rebuild_tool_snapshot,
     serialise_specs,
+    session_toolsets,
     snapshot_names,
     snapshot_tools,
     specs_from_snapshot,
+    with_mcp_portion,
 )
 from app.agent.refusals import (
     ProfileGone,
@@ -303,7 +308,7 @@ class SessionLifecycle:
     def _new_session(self, req: TurnRequest, seed: str) -> Placement:
         session_id = new_session_id()
         profile = req.profile
-        snapshot = snapshot_tools(self.tools, profile.toolsets)
+        snapshot = snapshot_tools(self.tools, session_toolsets(self.tools, profile))
         prompt = self.setup.prompt(
             profile,
             session_id=session_id,
@@ -463,10 +468,12 @@ class SessionLifecycle:
                 session_id=session.id,
                 lease=place.lease,
                 registry=self.tools,
-                toolsets=req.profile.toolsets,
+                toolsets=session_toolsets(self.tools, req.profile),
                 why=f"tools no longer registered: {', '.join(missing)}",
             )
             session.tool_snapshot = snapshot
+        if extra := self.tools.extra_toolsets(req.profile.name):
+            snapshot = self._follow_mcp_servers(req, place, extra)
         client = req.client_tools
         serialised = serialise_specs(client)
         if serialised != session.client_tools and not place.created:
@@ -482,6 +489,48 @@ class SessionLifecycle:
         if shadowed := sorted(names & {s.name for s in server}):
             log.info("session %s: client tools shadow server tools: %s", session.id, shadowed)
         return (*(s for s in server if s.name not in names), *client)
+
+    def _follow_mcp_servers(
+        self, req: TurnRequest, place: Placement, toolsets: tuple[str, ...]
+    ) -> str:
+        """The session's snapshot with its MCP tools as its servers list them now.
+
+        A server's listing changes (list_changed, a server that arrived late) reach a
+        session here, at its next opening, as one named cache break; a turn already
+        running keeps the tools it started with."""
+        session = place.session
+        want = snapshot_tools(self.tools, toolsets)
+        have = mcp_portion(session.tool_snapshot)
+        if want == have:
+            return session.tool_snapshot
+        before = session.tool_snapshot
+        snapshot = with_mcp_portion(before, want)
+        self.store.set_tool_snapshot(
+            session_id=session.id, lease=place.lease, snapshot=snapshot, reason=MCP_TOOLS_CHANGED
+        )
+        session.tool_snapshot = snapshot
+        log.info("session %s: its MCP servers' tools changed (a cache break)", session.id)
+        if (have == EMPTY) != (want == EMPTY):
+            # The stable tier says whether the session has MCP tools: rebuilt with them, or
+            # the stored prompt would no longer prove where its stable tier ends.
+            profile = self.profiles.by_name[session.profile]
+            prompt = self.setup.prompt(
+                profile,
+                session_id=session.id,
+                owner=session.owner,
+                end_user=session.end_user,
+                started_at=session.started_at,
+                instructions=json.loads(session.client_instructions),
+                snapshot=snapshot,
+            )
+            self.store.set_client_context(
+                session_id=session.id,
+                lease=place.lease,
+                values={"system_prompt": prompt},
+                cache_break=MCP_TOOLS_CHANGED,
+            )
+            session.system_prompt = prompt
+        return snapshot
 
     def _context(
         self,

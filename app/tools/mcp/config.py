@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from app.config import ConfigError
+from app.config import ConfigError, Settings
 
 Approval = Literal["auto", "always", "never"]
 Transport = Literal["stdio", "http"]
@@ -83,6 +83,13 @@ class McpFile:
 
     def secrets(self) -> list[str]:
         return [value for server in self.servers for value in server.secrets()]
+
+
+def configured(settings: Settings) -> McpFile | None:
+    """The settings' MCP servers file, parsed, or None when none is configured."""
+    if settings.mcp_config is None:
+        return None
+    return load_mcp_file(settings.mcp_config, tuple(p.name for p in settings.all_profiles()))
 
 
 @functools.lru_cache(maxsize=8)

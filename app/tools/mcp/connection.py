@@ -48,6 +48,8 @@ from app.tools.registry import ToolOutcome
 
 log = logging.getLogger(__name__)
 logging.getLogger("mcp").setLevel(logging.WARNING)  # its parse tracebacks are noise here
+# A line per HTTP request to a server (several per call) would drown the per-turn line.
+logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 State = Literal["connecting", "ready", "backoff", "stopped"]
 Outcome = Literal["ok", "tool_error", "timeout", "unavailable", "closed", "protocol"]

@@ -9,6 +9,7 @@ from outside, across restarts, whether a tool ran at all.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import sys
@@ -94,17 +95,15 @@ def crash() -> str:
 
 @server.tool(annotations=READ_ONLY)
 def env_dump() -> str:
-    """The names in this server's environment, and its HOME and working directory."""
+    """The names in this server's environment, the sha256 of each value (a test looks for
+    a secret's hash: a value itself would be refused on its way upstream), and its HOME
+    and working directory."""
     _count("env_dump")
-    values = "\n".join(f"{k}={v}" for k, v in sorted(os.environ.items()))
+    hashes = sorted(hashlib.sha256(v.encode()).hexdigest() for v in os.environ.values())
     return json.dumps(
-        {
-            "names": sorted(os.environ),
-            "home": os.environ.get("HOME"),
-            "cwd": os.getcwd(),
-            "values": values,
-        }
-    )
+        {"names": sorted(os.environ), "hashes": hashes, "home": os.environ.get("HOME"),
+         "cwd": os.getcwd()}
+    )  # fmt: skip
 
 
 @server.tool()
