@@ -97,6 +97,7 @@ class ApprovalPolicy:
             paths=PathPolicy.build(
                 data_dir=settings.data_dir,
                 config_file=config_file_path(),
+                mcp_config=settings.mcp_config,
                 instruction_files=instruction_files,
             ),
         )
