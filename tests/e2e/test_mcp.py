@@ -22,7 +22,7 @@ from tests.support.mcp import (
     toolbox_counts,
     write_config,
 )
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 HEADER_SECRET = "Bearer web-token-0123456789abcdef"
@@ -32,7 +32,9 @@ ADMIN_KEY = "admin-key-for-mcp-tests-0123456789"
 
 
 @pytest.fixture(scope="module")
-def mcp_server(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def mcp_server(
+    module_servers: ServerFactory, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("mcp")
     with http_toolbox(root / "web") as url:
         config = write_config(
@@ -46,18 +48,14 @@ def mcp_server(simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -
                 "time": {"command": TIME_SERVER, "args": ["--local-timezone", "UTC"]},
             },
         )
-        env = sim_env(
-            simulator.base_url,
+        server = module_servers(
             COURIER_MCP_CONFIG=str(config),
             COURIER_MCP_URL_ALLOW=url.split("/")[2],
             COURIER_ADMIN_API_KEY=ADMIN_KEY,
         )
-        server = Server(data_dir=root / "data", env=env).start()
-        try:
-            ready(server, {"toolbox", "gate", "web", "time"})
-            yield server
-        finally:
-            server.stop()
+        ready(server, {"toolbox", "gate", "web", "time"})
+        yield server
+        server.stop()  # before the HTTP toolbox it talks to
 
 
 def status(server: Server) -> dict[str, dict[str, Any]]:
