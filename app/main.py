@@ -45,6 +45,7 @@ from app.api.sessions import router as sessions
 from app.api.sessions import turns as turn_routes
 from app.api.sessions.service import SessionService
 from app.api.state import AppState
+from app.api.turn_serving import TurnServing
 from app.config import Settings
 from app.db.approval_store import ApprovalStore
 from app.db.idempotency_store import IdempotencyStore
@@ -148,6 +149,21 @@ async def start_mcp(settings: Settings, tools: ToolRegistry) -> McpHub | None:
     return hub
 
 
+def install_endpoints(app: FastAPI, turn_serving: TurnServing) -> None:
+    """Each endpoint's serving object where its router reads it (vLLM's habit). Both share
+    one turn serving object, so a session continued on either finds the same twins and
+    caches."""
+    setattr(app.state, chat.SERVING, ChatServing(turn_serving))
+    sessions_service = SessionService(
+        store=turn_serving.store,
+        profiles=turn_serving.profiles,
+        setup=turn_serving.setup,
+        turns=turn_serving.turns,
+    )
+    responses_serving = ResponsesServing(turn_serving=turn_serving, sessions=sessions_service)
+    setattr(app.state, responses.SERVING, responses_serving)
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
@@ -183,7 +199,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.mcp = await start_mcp(settings, tools)
     auth = build_authenticator(settings)
     approvals = build_gate(settings, store, auth)
-    chat_serving = ChatServing(
+    turn_serving = TurnServing(
         settings=settings,
         store=store,
         turns=turns,
@@ -199,16 +215,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         auth=auth,
         turns=turns,
         providers=providers,
-        chat=chat_serving,
+        profiles=turn_serving.profiles,
+        setup=turn_serving.setup,
+        tools=tools,
         started_at=int(time.time()),
         metrics=metrics,
         approvals=approvals,
         limits=Limits(max_concurrent_turns=settings.max_concurrent_turns),
-        responses=ResponsesServing(
-            chat=chat_serving,
-            sessions=SessionService(store=store, chat=chat_serving, turns=turns),
-        ),
     )
+    install_endpoints(app, turn_serving)
     if settings.metrics_port:
         # Loopback only: this listener has no auth, so it must not be reachable from outside.
         start_http_server(settings.metrics_port, addr="127.0.0.1", registry=metrics.registry)

@@ -21,7 +21,7 @@ from app.security.shell.effects import assess
 from app.security.shell.syntax import parse
 from app.security.shell.words import Binding, Env, Value, expand
 from app.tools.files import WRITE_FILE
-from app.tools.sandbox.process import SANDBOX_WORKSPACE as MOUNTED_AT
+from app.tools.sandbox.policy import SANDBOX_WORKSPACE as MOUNTED_AT
 from app.tools.terminal import MAX_COMMAND_CHARS, TERMINAL
 
 B64 = "cm0gLXJmIHNyYw=="  # "rm -rf src"

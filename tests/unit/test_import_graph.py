@@ -27,13 +27,6 @@ TOP_LEVEL = {"__init__.py", "main.py", "cli.py", "config.py"}
 
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 80
-PHASE_B = {
-    "app/db/store.py": "Store is split along its sections in phase B",
-    "app/tools/sandbox/process.py": "the sandbox is split into policy, argv and process in phase B",
-    "app/agent/loop.py": "run_turn branches on a small next-step union in phase B",
-}
-"""Files over the budget today that issue 29's phase B splits; each is expected to fail
-the budget until then, and passes (XPASS) once it is done: then take it off this list."""
 
 
 def module_name(path: Path) -> str:
@@ -162,23 +155,7 @@ def over_budget(path: Path) -> list[str]:
 
 
 def test_modules_and_functions_within_budget() -> None:
-    over = [
-        problem
-        for path in MODULES.values()
-        if path.relative_to(ROOT).as_posix() not in PHASE_B
-        for problem in over_budget(path)
-    ]
+    over = [problem for path in MODULES.values() for problem in over_budget(path)]
     assert not over, (
         f"over {MAX_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function: {over}"
     )
-
-
-@pytest.mark.parametrize(
-    "rel",
-    [
-        pytest.param(rel, marks=pytest.mark.xfail(reason=why, strict=False))
-        for rel, why in PHASE_B.items()
-    ],
-)
-def test_phase_b_files_within_budget(rel: str) -> None:
-    assert not over_budget(ROOT / rel)

@@ -18,6 +18,7 @@ from app.api.chat.serving import ChatServing
 from app.api.chat.wire import ChatCompletionRequest
 from app.api.http.end_users import OnBehalf
 from app.api.retries import Retry
+from app.api.turn_serving import TurnServing
 from app.config import Settings
 from app.db.key_store import KeyStateStore
 from app.db.store import Store
@@ -40,12 +41,14 @@ async def test_a_request_cancelled_mid_open_leaves_no_lease_behind(tmp_path: Pat
     metrics = Metrics()
     turns = TurnManager(store, metrics)
     serving = ChatServing(
-        settings=settings,
-        store=store,
-        turns=turns,
-        tools=ToolRegistry([]),
-        providers=build_providers(settings, clients, KeyStateStore(store.engine)),
-        metrics=metrics,
+        TurnServing(
+            settings=settings,
+            store=store,
+            turns=turns,
+            tools=ToolRegistry([]),
+            providers=build_providers(settings, clients, KeyStateStore(store.engine)),
+            metrics=metrics,
+        )
     )
     request = ChatCompletionRequest.model_validate(
         {"model": "courier", "messages": [{"role": "user", "content": "hello"}]}

@@ -149,11 +149,11 @@ def test_an_index_no_query_reads_is_dropped_from_an_older_database(tmp_path: Pat
 def test_bulk_paths_round_trip_every_field(tmp_path: Path) -> None:
     # create_session inserts and active_messages reads with Core statements (for speed);
     # they must agree with the ORM paths on every column, including ones added later.
-    from app.db import store as store_module
     from app.db.models import MessageRow
+    from app.db.store import records
 
     columns = set(MessageRow.__table__.columns.keys())
-    values = store_module._message_values(NewMessage(role="user"), session_id="s", turn_id=None)
+    values = records.message_values(NewMessage(role="user"), session_id="s", turn_id=None)
     assert set(values) == columns - {"id"}
     s = Store.open(tmp_path / "rt.db")
     full = NewMessage(
