@@ -11,7 +11,8 @@ The limits are those of tool commands (no core dumps, the profile's file size an
 memory), applied with prlimit before the server starts so it cannot raise them. There is
 no CPU limit: RLIMIT_CPU counts a process's whole life, so a long-lived server would be
 killed after its budget; a hung call is bounded by the call timeout instead. The argv is
-written here rather than shared with app/tools/sandbox/ while that package is being split.
+written here rather than taken from app/tools/sandbox/process.py, whose prefix carries
+that CPU limit and cgroups made and removed around each command.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from pathlib import Path
 from typing import IO
 
 from app.tools.mcp.config import ServerConfig
+from app.tools.sandbox.policy import SANDBOX_PATH
 
-SERVER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-"""The PATH a server gets unless its entry sets one (the sandbox's PATH)."""
+SERVER_PATH = SANDBOX_PATH
+"""The PATH a server gets unless its entry sets one."""
 MAX_STDERR_BYTES = 1 << 20
 JS_RUNTIMES = frozenset({"node", "nodejs", "npx", "bun", "bunx", "deno"})
 """V8 reserves far more address space than it uses, so RLIMIT_AS would stop it starting."""
