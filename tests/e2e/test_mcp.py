@@ -232,6 +232,14 @@ def test_the_status_route_is_admin_only_and_shows_no_secret(mcp_server: Server) 
     assert servers["web"]["header_names"] == ["Authorization"]
     assert servers["toolbox"]["env_names"] == ["TOOLBOX_TOKEN"]
     assert servers["time"]["command"] == "mcp-server-time"
+    metrics = httpx.get(
+        f"{mcp_server.base_url}/metrics",
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        timeout=10,
+    ).text
+    assert 'courier_mcp_server_up{server="time"} 1.0' in metrics
+    ok = servers["time"]["calls"]["ok"]
+    assert f'courier_mcp_calls_total{{outcome="ok",server="time"}} {float(ok)}' in metrics
     route = f"{mcp_server.base_url}/v1/mcp/servers"
     assert httpx.get(route, timeout=10).status_code == 401
     assert httpx.get(route, headers=mcp_server.headers(), timeout=10).status_code == 403

@@ -17,8 +17,12 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from app.config import Settings
 from app.tools.mcp.adapter import server_tools, toolset
@@ -113,6 +117,36 @@ class McpHub:
             ],
             "left_out": [asdict(item) for item in self.left_out.get(conn.name, [])],
         }
+
+
+class McpCollector(Collector):
+    """The servers' health as Prometheus series, read when scraped: a call pays nothing
+    for them. Labels are the configured server names, a bounded set."""
+
+    def __init__(self, hub: McpHub) -> None:
+        self.hub = hub
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        calls = CounterMetricFamily(
+            "courier_mcp_calls",
+            "MCP tool calls by server and outcome",
+            labels=["server", "outcome"],
+        )
+        up = GaugeMetricFamily("courier_mcp_server_up", "1 while connected", labels=["server"])
+        reconnects = CounterMetricFamily(
+            "courier_mcp_reconnects", "Connections lost or refused", labels=["server"]
+        )
+        changes = CounterMetricFamily(
+            "courier_mcp_list_changes", "Listings that changed the tools", labels=["server"]
+        )
+        for name, conn in self.hub.connections.items():
+            health = conn.health
+            for outcome, count in health.calls.items():
+                calls.add_metric([name, outcome], count)
+            up.add_metric([name], 1.0 if health.state == "ready" else 0.0)
+            reconnects.add_metric([name], health.reconnects)
+            changes.add_metric([name], health.list_changes)
+        yield from (calls, up, reconnects, changes)
 
 
 def _digest(tools: list[Tool]) -> str:
