@@ -303,6 +303,9 @@ class KeyConfig(BaseModel):
     max_concurrent_turns: int | None = Field(default=None, ge=1)
     spend_cap_usd: Decimal | None = Field(default=None, ge=0)
     spend_cap_daily_usd: Decimal | None = Field(default=None, ge=0)
+    mcp_servers: tuple[str, ...] | None = None
+    """The MCP servers (names in COURIER_MCP_CONFIG) this key's sessions may use; unset,
+    every server its sessions' profile gets; `[]`, none."""
 
     @model_validator(mode="after")
     def _one_form(self) -> KeyConfig:

@@ -180,9 +180,10 @@ class ToolRegistry:
         self._views: dict[frozenset[str], ToolRegistry] = {}
         self.version = 0
         """Bumped when a toolset is replaced: a name may then mean another schema."""
-        self.extra_toolsets: Callable[[str], tuple[str, ...]] = _no_extra_toolsets
-        """Toolsets a profile's sessions get beyond its own list, by profile name: the
-        MCP servers that offer it (app/tools/mcp/hub.py)."""
+        self.extra_toolsets: Callable[[str, str], tuple[str, ...]] = _no_extra_toolsets
+        """Toolsets a session gets beyond its profile's list, by profile name and owner:
+        the MCP servers that offer the profile and the owner's key allows
+        (app/tools/mcp/hub.py)."""
         self.availability = AvailabilityCache(clock=clock)
         for tool in tools:
             self.register(tool)
@@ -269,7 +270,7 @@ class ToolRegistry:
             return _failed(tool, exc)
 
 
-def _no_extra_toolsets(_profile: str) -> tuple[str, ...]:
+def _no_extra_toolsets(_profile: str, _owner: str) -> tuple[str, ...]:
     return ()
 
 

@@ -29,6 +29,7 @@ HEADER_SECRET = "Bearer web-token-0123456789abcdef"
 ENV_SECRET = "file-given-token-0123456789"
 OPEN = "<<<UNTRUSTED MCP RESULT from "
 ADMIN_KEY = "admin-key-for-mcp-tests-0123456789"
+NARROW_KEY = "narrow-key-for-mcp-tests-9876543210"
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,12 @@ def mcp_server(
                 "time": {"command": TIME_SERVER, "args": ["--local-timezone", "UTC"]},
             },
         )
+        keys = root / "keys.toml"
+        keys.write_text(
+            f'[[keys]]\nname = "narrow"\nkey = "{NARROW_KEY}"\nmcp_servers = ["time"]\n'
+        )
         server = module_servers(
+            COURIER_CONFIG=str(keys),
             COURIER_MCP_CONFIG=str(config),
             COURIER_MCP_URL_ALLOW=url.split("/")[2],
             COURIER_ADMIN_API_KEY=ADMIN_KEY,
@@ -223,6 +229,29 @@ def test_a_crashed_server_is_reported_restarted_and_others_go_on(
     )
     chat(mcp_server, "echo")
     assert "toolbox echo: back again" in tool_results(sim)[0]
+
+
+def test_a_key_sees_only_the_servers_it_is_allowed(mcp_server: Server, sim: Simulator) -> None:
+    home = mcp_server.data_dir / "mcp" / "toolbox" / "home"
+    echoes = toolbox_counts(home).get("echo", 0)
+    sim.script(
+        [
+            {"reply": {"tool_calls": [call("mcp__toolbox__echo", text="hidden server")]}},
+            {"reply": {"text": "ok"}},
+        ]
+    )
+    resp = httpx.post(
+        f"{mcp_server.base_url}/v1/chat/completions",
+        json={"model": "courier", "messages": [{"role": "user", "content": "echo"}]},
+        headers={"Authorization": f"Bearer {NARROW_KEY}"},
+        timeout=60,
+    )
+    assert resp.status_code == 200, resp.text
+    names = offered(sim)
+    assert "mcp__time__get_current_time" in names and "mcp__toolbox__echo" not in names
+    (result,) = tool_results(sim)
+    assert "unknown tool" in result.lower() or "no tool" in result.lower(), result
+    assert toolbox_counts(home).get("echo", 0) == echoes  # the server was never called
 
 
 def test_the_status_route_is_admin_only_and_shows_no_secret(mcp_server: Server) -> None:

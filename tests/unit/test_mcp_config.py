@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config import ConfigError
-from app.tools.mcp.config import load_mcp_file, parse_mcp_file
+from app.config import ConfigError, KeyConfig, Settings
+from app.tools.mcp.config import configured, key_allowlists, load_mcp_file, parse_mcp_file
 
 PROFILES = ("courier", "coder")
 
@@ -97,3 +97,19 @@ def test_a_missing_or_broken_file_is_a_config_error(tmp_path: Path) -> None:
     wrong.write_text(json.dumps({"servers": {}}))
     with pytest.raises(ConfigError, match="mcpServers"):
         load_mcp_file(wrong, PROFILES)
+
+
+def test_a_keys_mcp_servers_must_name_servers_of_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"time": {"command": "mcp-server-time"}}}))
+
+    def settings(servers: tuple[str, ...], mcp: Path | None) -> Settings:
+        key = KeyConfig(name="narrow", key_sha256="a" * 64, mcp_servers=servers)
+        return Settings(api_key="test-key-0123456789abcdef", keys=(key,), mcp_config=mcp)
+
+    assert configured(settings(("time",), path)) is not None
+    assert key_allowlists(settings(("time",), path)) == {"key_" + "a" * 16: frozenset({"time"})}
+    with pytest.raises(ConfigError, match=r"unknown server\(s\) \['git'\]"):
+        configured(settings(("git",), path))
+    with pytest.raises(ConfigError, match="COURIER_MCP_CONFIG is unset"):
+        configured(settings(("time",), None))

@@ -315,7 +315,7 @@ class SessionLifecycle:
     def _new_session(self, req: TurnRequest, seed: str) -> Placement:
         session_id = new_session_id()
         profile = req.profile
-        snapshot = snapshot_tools(self.tools, session_toolsets(self.tools, profile))
+        snapshot = snapshot_tools(self.tools, session_toolsets(self.tools, profile, req.owner))
         prompt = self.setup.prompt(
             profile,
             session_id=session_id,
@@ -475,11 +475,11 @@ class SessionLifecycle:
                 session_id=session.id,
                 lease=place.lease,
                 registry=self.tools,
-                toolsets=session_toolsets(self.tools, req.profile),
+                toolsets=session_toolsets(self.tools, req.profile, session.owner),
                 why=f"tools no longer registered: {', '.join(missing)}",
             )
             session.tool_snapshot = snapshot
-        if extra := self.tools.extra_toolsets(req.profile.name):
+        if extra := self.tools.extra_toolsets(req.profile.name, session.owner):
             snapshot = self._follow_mcp_servers(req, place, extra)
         client = req.client_tools
         serialised = serialise_specs(client)

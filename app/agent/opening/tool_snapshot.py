@@ -62,9 +62,9 @@ def snapshot_tools(registry: ToolRegistry, toolsets: Iterable[str]) -> str:
     return found
 
 
-def session_toolsets(registry: ToolRegistry, profile: Profile) -> tuple[str, ...]:
-    """The profile's toolsets and the MCP servers that offer it."""
-    return (*profile.toolsets, *registry.extra_toolsets(profile.name))
+def session_toolsets(registry: ToolRegistry, profile: Profile, owner: str) -> tuple[str, ...]:
+    """The profile's toolsets and the MCP servers that offer it to this owner's key."""
+    return (*profile.toolsets, *registry.extra_toolsets(profile.name, owner))
 
 
 @functools.lru_cache(maxsize=256)

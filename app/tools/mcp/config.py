@@ -19,6 +19,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from app.config import ConfigError, Settings
+from app.security.auth import fingerprint_of_digest
 
 Approval = Literal["auto", "always", "never"]
 Transport = Literal["stdio", "http"]
@@ -87,9 +88,32 @@ class McpFile:
 
 def configured(settings: Settings) -> McpFile | None:
     """The settings' MCP servers file, parsed, or None when none is configured."""
+    named = [k for k in settings.keys if k.mcp_servers]
     if settings.mcp_config is None:
+        if named:
+            raise ConfigError(
+                f"key {named[0].name!r} names mcp_servers, but COURIER_MCP_CONFIG is unset"
+            )
         return None
-    return load_mcp_file(settings.mcp_config, tuple(p.name for p in settings.all_profiles()))
+    found = load_mcp_file(settings.mcp_config, tuple(p.name for p in settings.all_profiles()))
+    servers = {server.name for server in found.servers}
+    for key in named:
+        if unknown := sorted(set(key.mcp_servers or ()) - servers):
+            raise ConfigError(f"key {key.name!r}: mcp_servers names unknown server(s) {unknown}")
+    return found
+
+
+def key_allowlists(settings: Settings) -> dict[str, frozenset[str]]:
+    """Owner fingerprint -> the MCP servers its sessions may use, for the `[[keys]]` that
+    say; a key not in the map may use every server its profile gets."""
+    allowed: dict[str, frozenset[str]] = {}
+    for key in settings.keys:
+        if key.mcp_servers is None:
+            continue
+        raw = key.key.get_secret_value().encode() if key.key is not None else None
+        digest = hashlib.sha256(raw).hexdigest() if raw is not None else key.key_sha256 or ""
+        allowed[fingerprint_of_digest(digest)] = frozenset(key.mcp_servers)
+    return allowed
 
 
 @functools.lru_cache(maxsize=8)

@@ -26,13 +26,15 @@ from prometheus_client.registry import Collector
 
 from app.config import Settings
 from app.tools.mcp.adapter import server_tools, toolset
-from app.tools.mcp.config import McpFile
+from app.tools.mcp.config import McpFile, key_allowlists
 from app.tools.mcp.connection import McpConnection, Timeouts
 from app.tools.mcp.launch import Limits
 from app.tools.mcp.names import LeftOut
 from app.tools.registry import Tool, ToolRegistry
 
 log = logging.getLogger(__name__)
+MAX_PORTIONS = 4096
+"""(profile, owner) pairs remembered; past it each opening computes its own (a filter)."""
 
 
 class McpHub:
@@ -65,10 +67,22 @@ class McpHub:
             )
             for profile in settings.all_profiles()
         }
+        self._allowed = key_allowlists(settings)
+        self._portions: dict[tuple[str, str], tuple[str, ...]] = {}
         registry.extra_toolsets = self.toolsets_for
 
-    def toolsets_for(self, profile: str) -> tuple[str, ...]:
-        return self._by_profile.get(profile, ())
+    def toolsets_for(self, profile: str, owner: str) -> tuple[str, ...]:
+        """The MCP toolsets a session of `profile` owned by `owner` gets: the servers that
+        offer the profile, narrowed by the owner's key (a hidden server's tool is then an
+        unknown tool to the session, and the server is never called)."""
+        found = self._portions.get((profile, owner))
+        if found is None:
+            everything = self._by_profile.get(profile, ())
+            allowed = self._allowed.get(owner)
+            found = tuple(t for t in everything if allowed is None or t[4:] in allowed)
+            if len(self._portions) < MAX_PORTIONS:
+                self._portions[(profile, owner)] = found
+        return found
 
     def start(self) -> None:
         for conn in self.connections.values():
