@@ -133,6 +133,21 @@ def test_stdio_http_and_third_party_tools_answer_the_model(
     assert "mcp__toolbox__echo" not in body["messages"][0]["content"]
 
 
+def test_the_responses_api_gets_the_same_tools(mcp_server: Server, sim: Simulator) -> None:
+    sim.script(
+        [
+            {"reply": {"tool_calls": [call("mcp__time__get_current_time", timezone="UTC")]}},
+            {"reply": {"text": "it is now"}},
+        ]
+    )
+    client = OpenAI(base_url=f"{mcp_server.base_url}/v1", api_key=mcp_server.api_key)
+    response = client.responses.create(model="courier", input="what time is it?")
+    assert response.output_text == "it is now"
+    assert "mcp__time__get_current_time" in offered(sim)
+    (clock,) = tool_results(sim)
+    assert clock.startswith(OPEN + "time/get_current_time>>>") and '"UTC"' in clock
+
+
 def test_a_stdio_server_environment_holds_no_secret(mcp_server: Server, sim: Simulator) -> None:
     sim.script(
         [{"reply": {"tool_calls": [call("mcp__toolbox__env_dump")]}}, {"reply": {"text": "ok"}}]
