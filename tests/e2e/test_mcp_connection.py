@@ -38,12 +38,14 @@ async def until(check: Callable[[], bool], what: str, tries: int = 600) -> None:
 async def connect(tmp_path: Path) -> AsyncIterator[Callable[..., McpConnection]]:
     made: list[McpConnection] = []
 
-    def make(config: ServerConfig, *, allow: tuple[str, ...] = ()) -> McpConnection:
+    def make(
+        config: ServerConfig, *, allow: tuple[str, ...] = (), connect_s: float = 30
+    ) -> McpConnection:
         conn = McpConnection(
             config,
             data_dir=tmp_path,
             url_allow=allow,
-            timeouts=Timeouts(connect_s=30, call_s=30),
+            timeouts=Timeouts(connect_s=connect_s, call_s=30),
             limits=Limits(memory_bytes=4 << 30, file_size_bytes=1 << 30),
             on_listing=lambda c: None,
         )
@@ -120,6 +122,16 @@ async def test_a_missing_command_backs_off_and_calls_fail_at_once(
     assert "no-such-mcp-server" in (conn.health.last_error or "")
     outcome, kind = await conn.call("echo", {"text": "x"})
     assert kind == "unavailable" and "is unavailable" in outcome.content
+
+
+async def test_a_server_that_never_answers_is_cut_off_at_the_connect_timeout(
+    connect: Callable[..., McpConnection],
+) -> None:
+    conn = connect(server(command="sleep", args=["600"]), connect_s=1)
+    await until(lambda: conn.health.state == "backoff", "backoff")
+    assert "no answer within 1 s" in (conn.health.last_error or "")
+    _, kind = await conn.call("echo", {"text": "x"})
+    assert kind == "unavailable"
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
