@@ -114,6 +114,19 @@ async def test_a_slow_call_times_out_and_the_server_goes_on(
     assert kind == "ok"
 
 
+async def test_three_failures_in_a_row_open_the_breaker(
+    connect: Callable[..., McpConnection],
+) -> None:
+    conn = connect(server(**stdio_toolbox(timeout_s=1)))
+    await until(lambda: conn.health.state == "ready", "ready")
+    slow = [conn.call("slow", {"seconds": 30}) for _ in range(3)]
+    assert [kind for _, kind in await asyncio.gather(*slow)] == ["timeout"] * 3
+    outcome, kind = await conn.call("echo", {"text": "x"})
+    assert kind == "unavailable" and "failed several calls in a row" in outcome.content
+    assert conn.health.breaker_open_until is not None
+    assert conn.health.calls["timeout"] == 3 and conn.health.calls["ok"] == 0
+
+
 async def test_a_missing_command_backs_off_and_calls_fail_at_once(
     connect: Callable[..., McpConnection],
 ) -> None:

@@ -16,7 +16,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -420,16 +420,7 @@ class SessionLifecycle:
         session = place.session
         if json.loads(session.client_instructions) == list(instructions):
             return
-        profile = self.profiles.by_name[session.profile]
-        prompt = self.setup.prompt(
-            profile,
-            session_id=session.id,
-            owner=session.owner,
-            end_user=session.end_user,
-            started_at=session.started_at,
-            instructions=instructions,
-            snapshot=session.tool_snapshot,
-        )
+        prompt = self._session_prompt(session, instructions)
         values = {"client_instructions": json.dumps(list(instructions)), "system_prompt": prompt}
         self.store.set_client_context(
             session_id=session.id,
@@ -439,6 +430,18 @@ class SessionLifecycle:
         )
         session.client_instructions, session.system_prompt = values.values()
         log.info("session %s: client instructions changed; prompt rebuilt", session.id)
+
+    def _session_prompt(self, session: SessionRow, instructions: Sequence[str]) -> str:
+        """The session's system prompt rebuilt from its stored inputs and tool snapshot."""
+        return self.setup.prompt(
+            self.profiles.by_name[session.profile],
+            session_id=session.id,
+            owner=session.owner,
+            end_user=session.end_user,
+            started_at=session.started_at,
+            instructions=instructions,
+            snapshot=session.tool_snapshot,
+        )
 
     def _indexer(self, place: Placement, seed: str) -> OnFinish:
         """After the turn: chain the answer the client received onto the index."""
@@ -520,16 +523,7 @@ class SessionLifecycle:
         if (have == EMPTY) != (want == EMPTY):
             # The stable tier says whether the session has MCP tools: rebuilt with them, or
             # the stored prompt would no longer prove where its stable tier ends.
-            profile = self.profiles.by_name[session.profile]
-            prompt = self.setup.prompt(
-                profile,
-                session_id=session.id,
-                owner=session.owner,
-                end_user=session.end_user,
-                started_at=session.started_at,
-                instructions=json.loads(session.client_instructions),
-                snapshot=snapshot,
-            )
+            prompt = self._session_prompt(session, json.loads(session.client_instructions))
             self.store.set_client_context(
                 session_id=session.id,
                 lease=place.lease,

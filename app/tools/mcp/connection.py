@@ -233,7 +233,7 @@ class McpConnection:
                     async for _event in subscription:
                         self._mark_stale()
                 return
-            except (ListenNotSupportedError, MCPError):
+            except (ListenNotSupportedError, MCPError, TimeoutError):
                 return  # the server does not offer it; legacy notifications still arrive
             except SubscriptionLost:
                 failures += 1
@@ -301,9 +301,8 @@ class McpConnection:
         but for the caller's own cancellation."""
         timeout = self.config.timeout_s or self.timeouts.call_s
         client = self._client
-        now = time.monotonic()
         opened = self.health.breaker_open_until
-        if opened is not None and now < opened:
+        if opened is not None and time.time() < opened:
             return self._unavailable(raw, "it failed several calls in a row")
         if client is None or self.health.state != "ready":
             return self._unavailable(raw, self.health.last_error or "not connected yet")
@@ -315,6 +314,10 @@ class McpConnection:
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
                 self._lost(short_error(exc))
                 return self._closed(raw)
+            except Exception as exc:  # the SDK's own failures (a result it cannot parse, ...)
+                log.warning("mcp %s: call to %s failed: %s", self.name, raw, short_error(exc))
+                text = f"MCP server {self.name}'s answer could not be used: {short_error(exc)}"
+                return self._count(failed(self.name, raw, text), "protocol")
         self._failures_in_a_row = 0
         self.health.breaker_open_until = None
         outcome: Outcome = "tool_error" if result.is_error else "ok"
@@ -358,7 +361,7 @@ class McpConnection:
     def _trip(self) -> None:
         self._failures_in_a_row += 1
         if self._failures_in_a_row >= BREAKER_FAILURES:
-            self.health.breaker_open_until = time.monotonic() + BREAKER_OPEN_S
+            self.health.breaker_open_until = time.time() + BREAKER_OPEN_S
             self._failures_in_a_row = 0
 
     def _count(self, outcome: ToolOutcome, kind: Outcome) -> tuple[ToolOutcome, Outcome]:
