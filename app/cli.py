@@ -21,6 +21,13 @@ def _serve(_args: argparse.Namespace) -> int:
     if problem := upstream_problem(settings):
         print(f"courier: {problem}", file=sys.stderr)
         return 2
+    from app.tools.mcp.config import configured
+
+    try:
+        configured(settings)  # a broken MCP servers file refuses the start in one line
+    except ConfigError as exc:
+        print(f"courier: {exc}", file=sys.stderr)
+        return 2
     try:
         # Before the heavy imports, so a refused second server says so at once. Held until
         # the process exits; the kernel releases it even on SIGKILL.

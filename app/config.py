@@ -303,6 +303,9 @@ class KeyConfig(BaseModel):
     max_concurrent_turns: int | None = Field(default=None, ge=1)
     spend_cap_usd: Decimal | None = Field(default=None, ge=0)
     spend_cap_daily_usd: Decimal | None = Field(default=None, ge=0)
+    mcp_servers: tuple[str, ...] | None = None
+    """The MCP servers (names in COURIER_MCP_CONFIG) this key's sessions may use; unset,
+    every server its sessions' profile gets; `[]`, none."""
 
     @model_validator(mode="after")
     def _one_form(self) -> KeyConfig:
@@ -470,6 +473,15 @@ class Settings(BaseSettings):
 
     tool_plugins: str = ""
     """Comma-separated `module:attribute` names of extra tools, imported once at startup."""
+    mcp_config: Path | None = None
+    """A JSON file of MCP servers in the `{"mcpServers": {...}}` shape other MCP hosts read
+    (docs/mcp.md); their tools are offered as `mcp__<server>__<tool>`. Read once at start."""
+    mcp_url_allow: Annotated[tuple[str, ...], NoDecode] = ()
+    """Loopback or private `host:port` entries (or CIDRs) MCP servers' URLs may reach."""
+    mcp_call_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    """Longest wait for one MCP tool call unless the server's `timeout_s` says otherwise."""
+    mcp_connect_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    """Longest wait for an MCP server to start, answer the handshake and list its tools."""
 
     profiles: tuple[Profile, ...] = ()
     """Extra profiles from `[[profiles]]` in the TOML file."""
@@ -527,6 +539,7 @@ class Settings(BaseSettings):
         "upstream_api_keys",
         "end_user_headers",
         "session_headers",
+        "mcp_url_allow",
         mode="before",
     )
     @classmethod

@@ -6,10 +6,12 @@ Nothing is built at import time, so tests can create apps with their own setting
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -22,6 +24,7 @@ from app.agent.approvals import ApprovalGate, ApprovalPolicy
 from app.agent.turns.manager import TurnManager
 from app.agent.turns.recovery import repair_interrupted_turns
 from app.api.admin import approvals as approval_routes
+from app.api.admin import mcp as mcp_routes
 from app.api.admin import metrics as metrics_routes
 from app.api.admin import openapi, tokens, usage
 from app.api.admin.console import router as console
@@ -62,9 +65,13 @@ from app.security.outbound import OutboundScan
 from app.security.rate_limits import Limits
 from app.security.redact import install as install_redaction
 from app.tools.builtin import builtin_tools
+from app.tools.mcp.config import configured
 from app.tools.plugins import load_plugin_tools
 from app.tools.registry import ToolRegistry
 from app.tools.sandbox.process import sandbox_status
+
+if TYPE_CHECKING:
+    from app.tools.mcp.hub import McpHub
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +130,24 @@ def known_secrets(settings: Settings) -> list[str]:
     values += [p.api_key for p in settings.profiles]
     values += [k for p in settings.all_profiles() for k in p.api_keys]
     values += [k.key for k in settings.keys]
-    return [v.get_secret_value() for v in values if v is not None]
+    # The MCP servers' env and header values: a server echoing its own token into a
+    # result must not send it upstream.
+    mcp = configured(settings)
+    return [v.get_secret_value() for v in values if v is not None] + (mcp.secrets() if mcp else [])
+
+
+async def start_mcp(settings: Settings, tools: ToolRegistry, metrics: Metrics) -> McpHub | None:
+    """The MCP servers' hub, started, when a servers file is configured. The SDK is
+    imported only then, and in a thread: it takes a second or two, and boot waits for no
+    server (each connects in its own task)."""
+    mcp = configured(settings)
+    if mcp is None:
+        return None
+    hub_module = await asyncio.to_thread(importlib.import_module, "app.tools.mcp.hub")
+    hub: McpHub = hub_module.McpHub(mcp, settings=settings, registry=tools)
+    metrics.registry.register(hub_module.McpCollector(hub))
+    hub.start()
+    return hub
 
 
 def install_endpoints(app: FastAPI, turn_serving: TurnServing) -> None:
@@ -173,6 +197,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # the terminal tool is offered and, if not, why (a container without the options).
     await asyncio.to_thread(sandbox_status)
     tools = ToolRegistry([*builtin_tools(), *load_plugin_tools(settings.tool_plugin_specs())])
+    app.state.mcp = await start_mcp(settings, tools, metrics)
     auth = build_authenticator(settings)
     approvals = build_gate(settings, store, auth)
     turn_serving = TurnServing(
@@ -209,6 +234,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         await turns.shutdown(drain_s=settings.drain_timeout_s)
+        if app.state.mcp is not None:
+            await app.state.mcp.aclose()
         if indexer is not None:
             indexer.cancel()
             await asyncio.gather(indexer, return_exceptions=True)
@@ -264,6 +291,7 @@ def create_app(settings: Settings) -> FastAPI:
         telemetry=None if settings.opentelemetry else TELEMETRY_OFF,
     )
     app.state.settings = settings
+    app.state.mcp = None
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
@@ -281,6 +309,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(metrics_routes.router)
     app.include_router(approval_routes.router)
     app.include_router(tokens.router)
+    app.include_router(mcp_routes.router)
     app.add_middleware(HeadAsGet)
     app.add_middleware(CorsMiddleware, origins=settings.cors_origins)
     app.include_router(usage.router)

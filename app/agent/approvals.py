@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -44,6 +45,7 @@ from app.security.command_guard import Verdict, allowlisted, check_command
 from app.security.protected import PathPolicy, path_arguments
 from app.security.redact import redact_text
 from app.tools.call_repair import coerce_arguments
+from app.tools.mcp.names import server_of
 from app.tools.registry import Tool, ToolOutcome
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,7 @@ class ApprovalPolicy:
             paths=PathPolicy.build(
                 data_dir=settings.data_dir,
                 config_file=config_file_path(),
+                mcp_config=settings.mcp_config,
                 instruction_files=instruction_files,
             ),
         )
@@ -111,6 +114,9 @@ def refusal(text: str) -> ToolOutcome:
 
 
 def _summary(tool: Tool, args: Mapping[str, Any]) -> str:
+    if tool.approval != "judge":  # an MCP tool: what a human approves is its arguments
+        shown = json.dumps(args, ensure_ascii=False, separators=(",", ":"), default=str)
+        return redact_text(f"{tool.name} {shown}")[:MAX_SUMMARY_CHARS]
     for name in CODE_ARGUMENTS:
         if isinstance(args.get(name), str):
             return redact_text(str(args[name]))[:MAX_SUMMARY_CHARS]
@@ -120,6 +126,26 @@ def _summary(tool: Tool, args: Mapping[str, Any]) -> str:
     if isinstance(body, str) and body:
         text += "\n---\n" + body
     return redact_text(text)[:MAX_SUMMARY_CHARS]
+
+
+MCP_ALWAYS_RULE = "mcp.always"
+
+
+def needs_human(rule: str) -> bool:
+    """A verdict no bypass, standing grant or unattended mode may answer: a protected
+    path, or a server the operator marked `approval: always`."""
+    return rule.startswith("protected.") or rule == MCP_ALWAYS_RULE
+
+
+def mcp_verdict(tool: Tool) -> Verdict:
+    server = server_of(tool.name)
+    if tool.approval == "ask_always":
+        reason = f"the operator asks for approval of every call to MCP server {server}"
+        return Verdict("approve", rule=MCP_ALWAYS_RULE, reason=reason)
+    if tool.approval == "ask":
+        reason = f"MCP server {server} does not mark {tool.name} as read-only"
+        return Verdict("approve", rule="mcp.changes", reason=reason)
+    return Verdict("allow")
 
 
 def _escape_glob(text: str) -> str:
@@ -160,7 +186,7 @@ class ApprovalGate:
         timeout_s: float,
         emit: Callable[[TurnEvent], None],
     ) -> Decision | Literal["expired"]:
-        grantable = not verdict.rule.startswith("protected.")
+        grantable = not needs_human(verdict.rule)
         row = self.store.create(
             session_id=session_id,
             turn_id=turn_id,
@@ -224,8 +250,8 @@ class ApprovalGate:
         if not row.grantable and decision in ("session", "always"):
             raise ApprovalRefused(
                 "this call touches a protected path (an agent instruction file, or one that "
-                "may lead into Courier's own state): it can only be approved once or "
-                "denied, never by a standing grant"
+                "may lead into Courier's own state) or a tool whose server asks every time: "
+                "it can only be approved once or denied, never by a standing grant"
             )
         if self.policy.separate_approver and approver == row.requested_by:
             raise ApprovalRefused(
@@ -310,6 +336,10 @@ class TurnGuard:
 
     def judge(self, tool: Tool, args: Mapping[str, Any]) -> tuple[Verdict, str | None]:
         """The verdict for one call, before bypass and grants; and the command, if any."""
+        if tool.approval != "judge":
+            # An MCP tool: its arguments mean something on the server, not in this
+            # workspace, so the operator's choice for the server decides, not its paths.
+            return mcp_verdict(tool), None
         command = next((args[n] for n in CODE_ARGUMENTS if isinstance(args.get(n), str)), None)
         ladder = full_ladder(self.profile)
         if command is not None:
@@ -359,7 +389,7 @@ class TurnGuard:
                 f"refused by policy ({verdict.reason}). This is final: do not retry it or try "
                 "another way to do the same thing; tell the user what you wanted to do."
             )
-        protected = verdict.rule.startswith("protected.")
+        protected = needs_human(verdict.rule)
         pattern = (
             verdict.normalised if command is not None else ",".join(path_arguments(dict(args)))
         )

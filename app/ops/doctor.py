@@ -7,6 +7,7 @@ container's pre-start hook can gate on it.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import stat
@@ -30,6 +31,9 @@ from app.config import (
 )
 from app.providers.pricing import price_usage
 from app.providers.usage import Usage
+from app.security.ssrf import SSRFError, resolve_and_check
+from app.tools.mcp.config import configured
+from app.tools.mcp.launch import SERVER_PATH
 from app.tools.sandbox.process import in_container, sandbox_status
 
 Level = Literal["ok", "warn", "fail"]
@@ -188,6 +192,44 @@ def _models_url(profile: Profile) -> tuple[str, dict[str, str]]:
     return f"{base}/models", {"Authorization": f"Bearer {key}"}
 
 
+def check_mcp_file(settings: Settings) -> Iterable[Finding]:
+    """The MCP servers file: parsed as `courier serve` parses it, each stdio command on the
+    PATH its server gets, each HTTP server's address allowed by the egress policy."""
+    try:
+        mcp = configured(settings)
+    except ConfigError as exc:
+        yield Finding("fail", "mcp", str(exc))
+        return
+    if mcp is None:
+        return
+    if mcp.secrets() and mcp.path.stat().st_mode & 0o077:
+        yield Finding(
+            "warn", "mcp", f"{mcp.path} holds env or header values and others may read it"
+        )
+    for server in mcp.servers:
+        name = f"mcp {server.name}"
+        if server.unknown_keys:
+            yield Finding("warn", name, f"unknown keys ignored: {', '.join(server.unknown_keys)}")
+        if server.transport == "stdio":
+            path = dict(server.env).get("PATH", SERVER_PATH)
+            found = shutil.which(server.command, path=path)
+            if found is None:
+                yield Finding("fail", name, f"command {server.command!r} not found on {path}")
+            else:
+                yield Finding("ok", name, f"stdio, {found}")
+            continue
+        url = httpx.URL(server.url)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            asyncio.run(resolve_and_check(url.host, port, allow=settings.mcp_url_allow))
+        except SSRFError as exc:
+            yield Finding(
+                "fail", name, f"{exc} (allow it with COURIER_MCP_URL_ALLOW={url.host}:{port})"
+            )
+        else:
+            yield Finding("ok", name, f"http, {url.host}:{port}")
+
+
 def check_upstream_config(settings: Settings) -> Iterable[Finding]:
     """What `courier serve` refuses: a profile with neither an upstream key nor a base URL."""
     if problem := upstream_problem(settings):
@@ -249,6 +291,7 @@ def run(*, upstream: bool = True) -> tuple[list[Finding], int]:
         *check_sandbox(settings),
         *check_data_dir(settings),
         *check_upstream_config(settings),
+        *check_mcp_file(settings),
     ]
     if upstream:
         findings += check_upstreams(settings)

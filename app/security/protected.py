@@ -91,16 +91,23 @@ class PathPolicy:
     """Built once at startup from the settings: frozen, like every trust decision."""
 
     data_dir: Path
-    config_file: Path | None = None
+    config_files: tuple[Path, ...] = ()
+    """The TOML settings file and the MCP servers file: what is trusted at startup (an
+    MCP server's command runs at the next start), so no tool may rewrite them."""
     instruction_files: tuple[Path, ...] = ()
 
     @classmethod
     def build(
-        cls, *, data_dir: Path, config_file: Path | None, instruction_files: Iterable[Path] = ()
+        cls,
+        *,
+        data_dir: Path,
+        config_file: Path | None,
+        instruction_files: Iterable[Path] = (),
+        mcp_config: Path | None = None,
     ) -> PathPolicy:
         return cls(
             data_dir=_real(data_dir),
-            config_file=_real(config_file) if config_file else None,
+            config_files=tuple(_real(p) for p in (config_file, mcp_config) if p),
             instruction_files=tuple(_real(p) for p in instruction_files),
         )
 
@@ -111,7 +118,7 @@ class PathPolicy:
 
     def hard_blocked(self, path: Path) -> bool:
         real = _real(path)
-        if self.config_file is not None and real == self.config_file:
+        if real in self.config_files:
             return True
         inside_data = real == self.data_dir or self.data_dir in real.parents
         in_scratch = real == self.scratch_root or self.scratch_root in real.parents
@@ -186,8 +193,8 @@ class PathPolicy:
 
     def _hard_tokens(self, workspace: Path) -> list[str]:
         tokens = [str(self.data_dir), "courier.db"]
-        if self.config_file is not None:
-            tokens += [str(self.config_file), self.config_file.name]
+        for config in self.config_files:
+            tokens += [str(config), config.name]
         root = _real(workspace)
         if self.data_dir == root or root in self.data_dir.parents:
             tokens.append(str(self.data_dir.relative_to(root)) if self.data_dir != root else ".")
@@ -293,21 +300,21 @@ class PathPolicy:
             candidates.append(_real(Path(*parts[:literal])).joinpath(*parts[literal:]))
         return any(
             _could_match(candidate, self.data_dir, below=True)
-            or (self.config_file is not None and _could_match(candidate, self.config_file))
+            or any(_could_match(candidate, config) for config in self.config_files)
             for candidate in candidates
         )
 
     def _may_name_state(self, value: Value) -> bool:
         """A path whose directory is unknown: judged by its last component alone."""
         final = value.pattern.rstrip("/").rsplit("/", 1)[-1].lower()
-        names = [*STATE_FILES, *([self.config_file.name] if self.config_file else [])]
+        names = [*STATE_FILES, *(config.name for config in self.config_files)]
         return bool(final) and any(fnmatch.fnmatchcase(n.lower(), final) for n in names)
 
     def _end_may_be_state(self, suffix: str) -> bool:
         """`$(pwd)/../data/x`: a path known only by its end, which names Courier's state
         (its database or config by name, or the data dir's name after a `..`)."""
         parts = [p.lower() for p in suffix.split("/") if p]
-        names = [*STATE_FILES, *([self.config_file.name] if self.config_file else [])]
+        names = [*STATE_FILES, *(config.name for config in self.config_files)]
         if any(fnmatch.fnmatchcase(n.lower(), part) for part in parts for n in names):
             return True
         climbs = ".." in parts
@@ -316,7 +323,7 @@ class PathPolicy:
     def _holds_state(self, place: Path) -> bool:
         """A directory that has the data dir or the config file somewhere below it."""
         real = _real(place)
-        held = [self.data_dir, *([self.config_file] if self.config_file else [])]
+        held = [self.data_dir, *self.config_files]
         return any(real in target.parents for target in held)
 
     def _may_be_protected(self, places: Sequence[Path], value: Value) -> bool:

@@ -52,10 +52,24 @@ class ToolContext:
     """Workspace bytes, disk reserve and per-call limits (app/tools/workspace_quota.py)."""
 
 
-ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    content: str
+    is_error: bool = False
+
+
+ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[str | ToolOutcome]]
+"""A tool's work; a plain string is a successful result (an MCP server says itself
+whether its result is an error, so its handler returns the outcome whole)."""
 UnitHandler = Callable[[dict[str, Any], ToolContext], str]
 """A tool's work when it is only store reads and writes, done synchronously."""
 Access = Literal["read", "write"]
+Approval = Literal["judge", "allow", "ask", "ask_always"]
+"""How the approval ladder treats a call: `judge` reads its command and paths (built-in
+tools); `allow` runs it (an MCP tool its server marks read-only, or a server the operator
+marked `approval: never`); `ask` asks a human unless bypassed or granted (an MCP tool
+that may change things); `ask_always` asks every time, like a protected write (an MCP
+server the operator marked `approval: always`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,14 +106,10 @@ class Tool:
     where there were two (and a thread hop). It must leave its writes whole: it raises
     before its last write or not at all, since what it wrote commits with the result."""
 
+    approval: Approval = "judge"
+
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
-
-
-@dataclass(frozen=True, slots=True)
-class ToolOutcome:
-    content: str
-    is_error: bool = False
 
 
 def parse_arguments(raw: str) -> dict[str, Any] | str:
@@ -168,6 +178,12 @@ class ToolRegistry:
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self._views: dict[frozenset[str], ToolRegistry] = {}
+        self.version = 0
+        """Bumped when a toolset is replaced: a name may then mean another schema."""
+        self.extra_toolsets: Callable[[str, str], tuple[str, ...]] = _no_extra_toolsets
+        """Toolsets a session gets beyond its profile's list, by profile name and owner:
+        the MCP servers that offer the profile and the owner's key allows
+        (app/tools/mcp/hub.py)."""
         self.availability = AvailabilityCache(clock=clock)
         for tool in tools:
             self.register(tool)
@@ -177,6 +193,21 @@ class ToolRegistry:
             raise ValueError(f"tool {tool.name!r} registered twice")
         self._tools[tool.name] = tool
         self._views.clear()
+
+    def replace_toolset(self, toolset: str, tools: Iterable[Tool]) -> None:
+        """Swap `toolset`'s tools for `tools` (an MCP server's new listing).
+
+        A new dict replaces the old one rather than changing it: openings read the registry
+        on the store's writer thread while this runs on the event loop, so a reader sees
+        the old set or the new one, never half of each."""
+        kept = {name: tool for name, tool in self._tools.items() if tool.toolset != toolset}
+        for tool in tools:
+            if tool.name in kept:
+                raise ValueError(f"tool {tool.name!r} is already registered by another toolset")
+            kept[tool.name] = tool
+        self._tools = kept
+        self._views = {}
+        self.version += 1
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -223,7 +254,8 @@ class ToolRegistry:
 
     async def invoke(self, tool: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         try:
-            return ToolOutcome(await tool.handler(coerce_arguments(args, tool.parameters), ctx))
+            result = await tool.handler(coerce_arguments(args, tool.parameters), ctx)
+            return result if isinstance(result, ToolOutcome) else ToolOutcome(result)
         except Exception as exc:
             return _failed(tool, exc)
 
@@ -236,6 +268,10 @@ class ToolRegistry:
             raise  # the unit itself failed: it rolls back whole, and the turn says so
         except Exception as exc:
             return _failed(tool, exc)
+
+
+def _no_extra_toolsets(_profile: str, _owner: str) -> tuple[str, ...]:
+    return ()
 
 
 def _failed(tool: Tool, exc: Exception) -> ToolOutcome:

@@ -29,6 +29,7 @@ import httpx
 
 from app.security.ssrf import AddressRefused, ResolutionFailed, parse_ip_literal, resolve_and_check
 from app.tools.registry import Tool, ToolContext, ToolError
+from app.tools.untrusted import close_mark, fence
 
 TOTAL_TIMEOUT_S = 20.0
 """Wall-clock budget for the whole fetch: every hop, resolution, connect and body read."""
@@ -38,9 +39,8 @@ MAX_REDIRECTS = 5
 DEFAULT_MAX_CHARS = 40_000
 MAX_MAX_CHARS = 100_000
 """The registry spills results over 100,000 chars; asking for more would only be spilled."""
-WRAP_MIN_CHARS = 32
-OPEN_MARK = "<<<UNTRUSTED WEB CONTENT from {url}>>>"
-CLOSE_MARK = "<<<END UNTRUSTED WEB CONTENT>>>"
+WEB_KIND = "WEB CONTENT"
+CLOSE_MARK = close_mark(WEB_KIND)
 USER_AGENT = "Courier-web_fetch/0.1"
 
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -505,18 +505,6 @@ def html_to_text(html: str, base_url: str = "") -> str:
     return parser.text()
 
 
-def defang(text: str) -> str:
-    """Make the wrapper's delimiters impossible to spell inside the wrapped text."""
-    return text.replace("<<<", "‹‹‹").replace(">>>", "›››")
-
-
-def wrap_untrusted(text: str, source: str) -> str:
-    body = defang(text)
-    if len(body) < WRAP_MIN_CHARS:
-        return body
-    return f"{OPEN_MARK.format(url=defang(source))}\n{body}\n{CLOSE_MARK}"
-
-
 def _page_text(page: Page) -> tuple[str | None, str]:
     """The page as text (None for binary) and the kind that decided how it was read."""
     if page.body is None:
@@ -554,7 +542,7 @@ def _render(page: Page, chain: list[str], max_chars: int) -> str:
         text = text[:max_chars]
     if page.truncated:
         notes.append(f"[the body was cut off at {MAX_BODY_BYTES // (1024 * 1024)} MB]")
-    content = wrap_untrusted(text, page.url) if text else "(no text content)"
+    content = fence(text, page.url, kind=WEB_KIND) if text else "(no text content)"
     return "\n".join([*head, content, *notes])
 
 

@@ -107,6 +107,8 @@ def _request(server: Server, route: str, key: str) -> httpx.Response:
         return httpx.get(f"{base}/v1/approvals/grants", headers=headers)
     if route == "metrics":
         return httpx.get(f"{base}/metrics", headers=headers)
+    if route == "mcp":
+        return httpx.get(f"{base}/v1/mcp/servers", headers=headers)
     if route == "tokens":
         return httpx.post(
             f"{base}/v1/tokens",
@@ -124,6 +126,7 @@ ROUTE_SCOPE = {
     "approvals": {"approvals"},
     "grants": {"approvals"},
     "metrics": {"metrics"},
+    "mcp": {"admin"},
     "tokens": {"chat", "admin"},
 }
 ALLOWED_STATUS = {
@@ -133,6 +136,7 @@ ALLOWED_STATUS = {
     "approvals": 200,
     "grants": 200,
     "metrics": 200,
+    "mcp": 200,
     "tokens": 200,
 }
 

@@ -18,6 +18,7 @@ from app.ops import doctor
 from app.security.auth import fingerprint
 from app.tools.sandbox import process as sandbox
 from app.tools.sandbox.process import SandboxProfile, SandboxStatus
+from tests.support.mcp import TIME_SERVER, write_config
 from tests.support.server import API_KEY, Server, ServerFactory, sim_env
 from tests.support.sim import Simulator
 
@@ -78,6 +79,25 @@ def test_doctor_passes_a_good_setup(good_env: dict[str, str]) -> None:
     for check in ("api key", "bind", "sandbox", "data dir", "disk", "upstream courier", "price"):
         assert f"ok    {check}" in result.stdout, check
     assert STRONG_KEY not in result.stdout
+
+
+def test_doctor_checks_the_mcp_servers_file(good_env: dict[str, str], tmp_path: Path) -> None:
+    servers = {
+        "time": {"command": TIME_SERVER},
+        "gone": {"command": "no-such-mcp-server", "surprise": 1},
+        "local": {"url": "http://127.0.0.1:9/mcp"},
+    }
+    config = write_config(tmp_path / "mcp.json", servers)
+    result = courier("doctor", env={**good_env, "COURIER_MCP_CONFIG": str(config)})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"ok    mcp time: stdio, {TIME_SERVER}" in result.stdout
+    assert "FAIL  mcp gone: command 'no-such-mcp-server' not found" in result.stdout
+    assert "warn  mcp gone: unknown keys ignored: surprise" in result.stdout
+    assert "FAIL  mcp local: 127.0.0.1 is a forbidden destination" in result.stdout
+    assert "COURIER_MCP_URL_ALLOW=127.0.0.1:9" in result.stdout
+    (tmp_path / "bad.json").write_text('{"mcpServers": {"a_b": {"command": "x"}}}')
+    result = courier("doctor", env={**good_env, "COURIER_MCP_CONFIG": str(tmp_path / "bad.json")})
+    assert "FAIL  mcp: COURIER_MCP_CONFIG=" in result.stdout and "no underscores" in result.stdout
 
 
 def test_doctor_refuses_a_weak_key(good_env: dict[str, str]) -> None:

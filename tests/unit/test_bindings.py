@@ -22,6 +22,7 @@ UNSCOPED: dict[tuple[str, str], str] = {
     ("GET", "/v1/capabilities"): "what the server offers, the same for every session",
     ("GET", "/openapi.json"): "the API's description (admin)",
     ("GET", "/metrics"): "process-wide counters (metrics scope)",
+    ("GET", "/v1/mcp/servers"): "the MCP servers' state, the same for every session (admin)",
     ("GET", "/console"): "the console's static page",
     ("GET", "/console/"): "the console's static page",
     ("GET", "/console/{name}"): "the console's static files, by file name",

@@ -29,6 +29,7 @@ def layout(tmp_path: Path) -> tuple[PathPolicy, Path]:
         data_dir=ws / "data",
         config_file=ws / "courier.toml",
         instruction_files=[tmp_path / "profile-instructions.md"],
+        mcp_config=ws / "mcp-servers.json",
     )
     return policy, ws
 
@@ -51,6 +52,8 @@ def layout(tmp_path: Path) -> tuple[PathPolicy, Path]:
         ("data", False, "block"),
         ("./data/../data/courier.db", True, "block"),
         ("courier.toml", True, "block"),
+        ("mcp-servers.json", True, "block"),  # an MCP server's command runs at the next start
+        ("mcp-servers.json", False, "block"),
         ("data/workspaces/sess_1/x.txt", True, None),  # a scratch workspace stays writable
     ],
 )
@@ -83,6 +86,7 @@ def test_profile_instruction_files_are_protected(layout: tuple[PathPolicy, Path]
         ("uniq x AGENTS.md", "approve"),  # a program that is not only a reader
         ("sqlite3 data/courier.db .dump", "block"),
         ("cat courier.toml", "block"),
+        ("echo '{}' > mcp-servers.json", "block"),
         ("ls data/", "block"),
         ("ls src/", None),
     ],

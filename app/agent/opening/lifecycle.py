@@ -16,7 +16,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -33,11 +33,16 @@ from app.agent.opening.continuity import chain, extend, scope_seed
 from app.agent.opening.profiles import Profiles
 from app.agent.opening.session_setup import SessionSetup
 from app.agent.opening.tool_snapshot import (
+    EMPTY,
+    MCP_TOOLS_CHANGED,
+    mcp_portion,
     rebuild_tool_snapshot,
     serialise_specs,
+    session_toolsets,
     snapshot_names,
     snapshot_tools,
     specs_from_snapshot,
+    with_mcp_portion,
 )
 from app.agent.refusals import (
     ProfileGone,
@@ -310,7 +315,7 @@ class SessionLifecycle:
     def _new_session(self, req: TurnRequest, seed: str) -> Placement:
         session_id = new_session_id()
         profile = req.profile
-        snapshot = snapshot_tools(self.tools, profile.toolsets)
+        snapshot = snapshot_tools(self.tools, session_toolsets(self.tools, profile, req.owner))
         prompt = self.setup.prompt(
             profile,
             session_id=session_id,
@@ -415,16 +420,7 @@ class SessionLifecycle:
         session = place.session
         if json.loads(session.client_instructions) == list(instructions):
             return
-        profile = self.profiles.by_name[session.profile]
-        prompt = self.setup.prompt(
-            profile,
-            session_id=session.id,
-            owner=session.owner,
-            end_user=session.end_user,
-            started_at=session.started_at,
-            instructions=instructions,
-            snapshot=session.tool_snapshot,
-        )
+        prompt = self._session_prompt(session, instructions)
         values = {"client_instructions": json.dumps(list(instructions)), "system_prompt": prompt}
         self.store.set_client_context(
             session_id=session.id,
@@ -434,6 +430,18 @@ class SessionLifecycle:
         )
         session.client_instructions, session.system_prompt = values.values()
         log.info("session %s: client instructions changed; prompt rebuilt", session.id)
+
+    def _session_prompt(self, session: SessionRow, instructions: Sequence[str]) -> str:
+        """The session's system prompt rebuilt from its stored inputs and tool snapshot."""
+        return self.setup.prompt(
+            self.profiles.by_name[session.profile],
+            session_id=session.id,
+            owner=session.owner,
+            end_user=session.end_user,
+            started_at=session.started_at,
+            instructions=instructions,
+            snapshot=session.tool_snapshot,
+        )
 
     def _indexer(self, place: Placement, seed: str) -> OnFinish:
         """After the turn: chain the answer the client received onto the index."""
@@ -470,10 +478,12 @@ class SessionLifecycle:
                 session_id=session.id,
                 lease=place.lease,
                 registry=self.tools,
-                toolsets=req.profile.toolsets,
+                toolsets=session_toolsets(self.tools, req.profile, session.owner),
                 why=f"tools no longer registered: {', '.join(missing)}",
             )
             session.tool_snapshot = snapshot
+        if extra := self.tools.extra_toolsets(req.profile.name, session.owner):
+            snapshot = self._follow_mcp_servers(req, place, extra)
         client = req.client_tools
         serialised = serialise_specs(client)
         if serialised != session.client_tools and not place.created:
@@ -489,6 +499,39 @@ class SessionLifecycle:
         if shadowed := sorted(names & {s.name for s in server}):
             log.info("session %s: client tools shadow server tools: %s", session.id, shadowed)
         return (*(s for s in server if s.name not in names), *client)
+
+    def _follow_mcp_servers(
+        self, req: TurnRequest, place: Placement, toolsets: tuple[str, ...]
+    ) -> str:
+        """The session's snapshot with its MCP tools as its servers list them now.
+
+        A server's listing changes (list_changed, a server that arrived late) reach a
+        session here, at its next opening, as one named cache break; a turn already
+        running keeps the tools it started with."""
+        session = place.session
+        want = snapshot_tools(self.tools, toolsets)
+        have = mcp_portion(session.tool_snapshot)
+        if want == have:
+            return session.tool_snapshot
+        before = session.tool_snapshot
+        snapshot = with_mcp_portion(before, want)
+        self.store.set_tool_snapshot(
+            session_id=session.id, lease=place.lease, snapshot=snapshot, reason=MCP_TOOLS_CHANGED
+        )
+        session.tool_snapshot = snapshot
+        log.info("session %s: its MCP servers' tools changed (a cache break)", session.id)
+        if (have == EMPTY) != (want == EMPTY):
+            # The stable tier says whether the session has MCP tools: rebuilt with them, or
+            # the stored prompt would no longer prove where its stable tier ends.
+            prompt = self._session_prompt(session, json.loads(session.client_instructions))
+            self.store.set_client_context(
+                session_id=session.id,
+                lease=place.lease,
+                values={"system_prompt": prompt},
+                cache_break=MCP_TOOLS_CHANGED,
+            )
+            session.system_prompt = prompt
+        return snapshot
 
     def _context(
         self,

@@ -14,13 +14,19 @@ import logging
 from collections.abc import Iterable
 from weakref import WeakKeyDictionary
 
+from app.config import Profile
 from app.db.store import Store
 from app.providers.base import ToolSpec
+from app.tools.mcp.names import is_mcp_name
 from app.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
 TOOL_REBUILD = "tool_snapshot_rebuild"
+MCP_TOOLS_CHANGED = "mcp_tools_changed"
+MAX_MEMO = 64
+EMPTY = "[]"
+"""A snapshot (or an MCP portion) with no tools."""
 
 
 def serialise_specs(specs: Iterable[ToolSpec]) -> str:
@@ -31,23 +37,46 @@ def serialise_specs(specs: Iterable[ToolSpec]) -> str:
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-_snapshots: WeakKeyDictionary[ToolRegistry, dict[tuple[str, ...], str]] = WeakKeyDictionary()
+_snapshots: WeakKeyDictionary[ToolRegistry, dict[tuple[int, tuple[str, ...]], str]] = (
+    WeakKeyDictionary()
+)
 
 
 def snapshot_tools(registry: ToolRegistry, toolsets: Iterable[str]) -> str:
-    """The schemas of the tools available now, serialised; memoised per set of names.
+    """The schemas of the tools available now, serialised; memoised per registry version
+    and set of names.
 
-    A registry never replaces a tool it holds (a second registration is refused) and tools
-    are frozen, so the same names give the same bytes: every new session asked, and
-    encoding the whole toolbox was a tenth of the writer thread's work per request.
-    Availability still decides per call, through the names."""
+    Tools are frozen and a registry only replaces a tool by bumping its version (an MCP
+    server's new listing), so the same version and names give the same bytes: every new
+    session asked, and encoding the whole toolbox was a tenth of the writer thread's work
+    per request. Availability still decides per call, through the names."""
     names = tuple(registry.names(toolsets))
     known = _snapshots.setdefault(registry, {})
-    found = known.get(names)
+    key = (registry.version, names)
+    found = known.get(key)
     if found is None:
+        if len(known) >= MAX_MEMO:
+            known.clear()
         tools = (registry.get(name) for name in names)
-        found = known[names] = serialise_specs(t.spec() for t in tools if t is not None)
+        found = known[key] = serialise_specs(t.spec() for t in tools if t is not None)
     return found
+
+
+def session_toolsets(registry: ToolRegistry, profile: Profile, owner: str) -> tuple[str, ...]:
+    """The profile's toolsets and the MCP servers that offer it to this owner's key."""
+    return (*profile.toolsets, *registry.extra_toolsets(profile.name, owner))
+
+
+@functools.lru_cache(maxsize=256)
+def mcp_portion(snapshot: str) -> str:
+    """The MCP tools of a snapshot, serialised as `snapshot_tools` would serialise them."""
+    return serialise_specs(s for s in specs_from_snapshot(snapshot) if is_mcp_name(s.name))
+
+
+def with_mcp_portion(snapshot: str, portion: str) -> str:
+    """`snapshot` with its MCP tools replaced by those of `portion`."""
+    kept = [s for s in specs_from_snapshot(snapshot) if not is_mcp_name(s.name)]
+    return serialise_specs([*kept, *specs_from_snapshot(portion)])
 
 
 @functools.lru_cache(maxsize=64)
