@@ -498,8 +498,10 @@ class Settings(BaseSettings):
     approvals_unattended: Literal["ask", "deny", "allow"] = "ask"
     keys: tuple[KeyConfig, ...] = ()
     """Extra API keys from `[[keys]]`: name, scopes, limits, caps."""
-    max_concurrent_turns: int = Field(default=10, ge=1)
-    """Turns running at once across all principals; more get 429 with Retry-After."""
+    max_concurrent_turns: int = Field(default=1024, ge=1)
+    """Turns running at once across all principals; more get 429 with Retry-After. A text
+    turn costs a stream and a socket, not a process: the default lets 1,000 streams run.
+    What consumes the machine (tool processes) has its own cap."""
     replay_memory_mb: int = Field(default=64, ge=1)
     """Memory for finished turns kept for replays (`/events`, a retry that reattaches);
     past it the oldest are forgotten (app/agent/turns/finished.py)."""
