@@ -478,6 +478,9 @@ class Settings(BaseSettings):
     fallback: Annotated[tuple[str, ...], NoDecode] = ()
     """Default profile: fallback profile names, a JSON list or comma-separated."""
 
+    max_concurrent_tools: int | None = Field(default=None, ge=1)
+    """Process-spawning tool calls (terminal) running at once across all turns; more wait
+    in arrival order. Unset: by the machine, max(2, min(2 x CPUs, memory // tool memory))."""
     tool_plugins: str = ""
     """Comma-separated `module:attribute` names of extra tools, imported once at startup."""
 
