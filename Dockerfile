@@ -5,7 +5,8 @@
 #     -e COURIER_API_KEY_FILE=/run/secrets/courier_api_key ... courier
 #
 # The terminal tool's sandbox (bubblewrap) needs two options beyond a container's defaults;
-# without them the tool is not offered and the log says why (README, "Run it as a service").
+# without them the tool is not offered and the log says why (docs/operations.md, "The terminal
+# sandbox in a container").
 ARG BASE=debian:bookworm-slim
 
 # -- build: a venv filled from the hash-pinned runtime lock, then the source -----------------

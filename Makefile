@@ -11,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit test-tools clean lock soak soak-kill node-deps browser-deps image-test browser-test
+.PHONY: install demo test lint typecheck unit test-tools clean clean-images lock soak soak-kill node-deps browser-deps image-test browser-test
 
 # The terminal tool runs commands under bubblewrap: without `bwrap` the tool is not offered
 # and its sandbox tests fail, so a fresh Debian machine gets it here. A no-op once present.
@@ -94,14 +94,21 @@ node-deps:
 test: lint typecheck unit soak-kill image-test
 
 # Builds the image from a clean export of HEAD and checks it in podman (deploy/image-test.sh
-# says why each setup step exists). Installs podman, runc and debootstrap when missing.
-# Not part of `test`: measured here at 65 s with the base and dependency layers cached, 2.5 min
-# after a source change, 7.8 min from nothing on a busy 2-core machine. Exit 3 from the script
-# means podman cannot be set up here: said plainly, and not a failure.
+# says why each setup step exists). Installs podman, runc, debootstrap and podman-compose when
+# missing. Part of `test`: measured here at 65 s with the base and dependency layers cached,
+# 2.5 min after a source change, 7.8 min from nothing on a busy 2-core machine. Exit 3 from the
+# script means podman cannot be set up here: said plainly, and not a failure. It reads its own
+# containers configuration, never /etc/containers, and keeps podman's storage (about 1.1 GB)
+# in /var/cache/courier-image-test and its run state in /run/courier-image-test.
 image-test: install
 	@deploy/image-test.sh || { rc=$$?; if [ $$rc -eq 3 ]; then \
 	  echo "image-test: NOT RUN: the container image was not tested on this machine"; \
 	else exit $$rc; fi; }
+
+# Removes what image-test leaves: every image, container, volume and network in its podman
+# storage, the debootstrapped base, and the two directories (the packages it installed stay).
+clean-images:
+	deploy/image-test.sh --clean
 
 # The console in Debian's chromium (headless, via Playwright); screenshots land in
 # test-output/console/. Installs chromium when missing.
@@ -119,14 +126,16 @@ browser-deps:
 browser-test: install browser-deps
 	$(BIN)/python -m pytest -q tests/browser
 
-# Two locks: everything for development, and the runtime subset the container image installs,
-# constrained to the same versions so the image runs exactly what the tests ran.
 # A bounded soak (a few hundred mixed, concurrent turns with tools and hostile bodies):
 # prints 5xx count, escapes, lost rows, descriptor and RSS growth. Not part of `make test`.
 soak: install
 	$(BIN)/python benchmarks/soak.py
 
-lock:
+# Two locks: everything for development, and the runtime subset the container image installs,
+# constrained to the same versions so the image runs exactly what the tests ran. uv is pinned
+# in the test extra, so `make install` brings it and this works from a fresh clone; uv keeps
+# the versions already in the lock files unless pyproject.toml asks for others.
+lock: install
 	$(BIN)/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 -o requirements.lock
 	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 -c requirements.lock -o requirements-runtime.lock
 

@@ -2,22 +2,68 @@
 # Build the container image from a clean export of HEAD and test it with podman, on a machine
 # where no registry image can be pulled. What each step is for:
 #   - podman runs as root with runc: crun fails on hosts with hybrid cgroups (like this one);
-#   - `default_ulimits = []`: podman's default nofile ulimit is refused inside some sandboxes;
+#   - a containers configuration of this run's own (CONTAINERS_CONF, CONTAINERS_STORAGE_CONF),
+#     never the machine's /etc/containers: `default_ulimits = []`, since podman's default
+#     nofile ulimit is refused inside some sandboxes, and podman's storage, volumes and
+#     networks under $CACHE, so everything the test leaves is in one place `--clean` empties;
 #   - debian:bookworm-slim is debootstrapped here and imported under that name, cached in
 #     $CACHE so later runs skip the minute it takes;
 #   - the pip step borrows the host's pip configuration and CA bundle as build secrets
 #     (read-only, never in a layer): this network inspects TLS, elsewhere nobody needs them.
 # Exit 0: image built and every check in tests/image/ passed. Exit 3: podman cannot be set up.
+# `deploy/image-test.sh --clean` (make clean-images) removes what runs left: $CACHE and $RUN.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${COURIER_IMAGE_TEST_CACHE:-/var/cache/courier-image-test}
+# podman's run state (mounts, locks) where the machine keeps its own, under /run, which a
+# reboot empties; apart from the machine's, so neither podman takes the other's for its own.
+RUN=${COURIER_IMAGE_TEST_RUN:-/run/courier-image-test}
 # One tag per checkout: two checkouts testing at once must not run each other's image.
 IMAGE=${COURIER_IMAGE:-localhost/courier:it-$(printf %s "$REPO" | sha1sum | cut -c1-8)}
 PODMAN=(podman --runtime runc)
 
 say() { printf 'image-test: %s\n' "$*"; }
 cannot() { say "SKIPPED: $*"; exit 3; }
+
+# Every podman below, and those tests/image and podman-compose start, read these two files
+# and nothing in /etc/containers or /usr/share/containers: the machine's setup stays as it
+# was, and a podman the operator runs by hand never sees the test's images.
+conf_dir=$(mktemp -d /tmp/courier-image-conf.XXXXXX)
+context=""
+trap 'rm -rf "$conf_dir" ${context:+"$context"}' EXIT
+cat >"$conf_dir/containers.conf" <<CONF
+[containers]
+default_ulimits = []
+
+[engine]
+tmp_dir = "$RUN/libpod"
+
+[network]
+network_config_dir = "$CACHE/networks"
+CONF
+cat >"$conf_dir/storage.conf" <<CONF
+[storage]
+driver = "overlay"
+graphroot = "$CACHE/storage"
+runroot = "$RUN/storage"
+CONF
+export CONTAINERS_CONF="$conf_dir/containers.conf"
+export CONTAINERS_STORAGE_CONF="$conf_dir/storage.conf"
+
+if [ "${1:-}" = "--clean" ]; then
+  # `system reset` unmounts and deletes every container, image, volume and network of this
+  # storage (never the machine's own); the directories go after it, or alone without podman.
+  if command -v podman >/dev/null 2>&1 && [ -d "$CACHE/storage" ]; then
+    "${PODMAN[@]}" system reset --force >/dev/null 2>&1 \
+      || say "podman system reset failed; removing the directories"
+  fi
+  # CNI keeps its address bookkeeping in /var/lib/cni/networks/<network> whatever the
+  # configuration says; the compose test's networks are ours by name.
+  rm -rf "$CACHE" "$RUN" /var/lib/cni/networks/courier-it-*
+  say "removed $CACHE and $RUN"
+  exit 0
+fi
 
 # -- tools ---------------------------------------------------------------------------------
 missing=()
@@ -35,15 +81,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 [ "$(id -u)" -eq 0 ] || cannot "runs rootful podman, so it needs root"
 
-conf=/etc/containers/containers.conf
-if ! grep -qs '^default_ulimits *= *\[\]' "$conf"; then
-  if grep -qs '^\[containers\]' "$conf"; then
-    sed -i '/^\[containers\]/a default_ulimits = []' "$conf"
-  else
-    mkdir -p /etc/containers && printf '[containers]\ndefault_ulimits = []\n' >> "$conf"
-  fi
-  say "set default_ulimits = [] in $conf"
-fi
+mkdir -p "$CACHE/networks" "$RUN"
 "${PODMAN[@]}" info >/dev/null 2>&1 || cannot "podman is installed but does not run here: $("${PODMAN[@]}" info 2>&1 | tail -1)"
 
 # -- base image ----------------------------------------------------------------------------
@@ -68,7 +106,6 @@ flock -u 9
 
 # -- build from a clean export of HEAD -----------------------------------------------------
 context=$(mktemp -d /tmp/courier-image-context.XXXXXX)
-trap 'rm -rf "$context"' EXIT
 git -C "$REPO" archive HEAD | tar -x -C "$context"
 if ! git -C "$REPO" diff --quiet HEAD -- Dockerfile app requirements-runtime.lock; then
   say "note: building the committed HEAD; uncommitted changes are not in the image"

@@ -1,4 +1,4 @@
-"""The client snippets in docs/clients.md (folded into the README's "Clients" section) run.
+"""The client snippets in docs/clients.md (the README's "Clients" section points there) run.
 
 Each snippet is extracted by its `<!-- snippet: NAME -->` marker and executed for real: the
 Python ones in a fresh interpreter, the Node one with `node` from tests/node (where the

@@ -14,9 +14,9 @@ model would: it answers greetings, calls the server's file tools, and answers JS
 by `response_format`; a request declaring client tools is scripted to call one of them, so
 the client-tool path (finish `tool_calls`) is what gets checked there.
 
-Refused on purpose (the README documents these): `n > 1`, `logprobs: true`, audio output
-`modalities`, `temperature` outside [0, 2] (OpenAI refuses it too), a trailing assistant
-message (prefill) on the OpenAI wire, which OpenAI answers after instead of continuing.
+Refused on purpose (docs/clients.md's field table documents these): `n > 1`, `logprobs: true`,
+audio output `modalities`, `temperature` outside [0, 2] (OpenAI refuses it too), a trailing
+assistant message (prefill) on the OpenAI wire, which OpenAI answers after instead of continuing.
 Those must be a 400 in the OpenAI error shape naming `param`, and reach no upstream.
 `POST /v1/responses` is served since issue 14: those lines must get a spec-valid `Response`.
 """
