@@ -11,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck unit test-tools clean clean-images lock soak soak-kill node-deps browser-deps image-test browser-test
+.PHONY: install demo test lint typecheck test-all test-unit test-e2e test-tools clean clean-images lock soak soak-kill node-deps browser-deps image-test browser-test
 
 # The terminal tool runs commands under bubblewrap: without `bwrap` the tool is not offered
 # and its sandbox tests fail, so a fresh Debian machine gets it here. A no-op once present.
@@ -48,11 +48,22 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: install node-deps browser-deps test-tools
-	$(BIN)/python -m pytest -q
+# Two tiers (tests/README.md): tests/unit runs in-process, with no server, simulator,
+# browser, container or subprocess (its conftest refuses one), in under 2 minutes;
+# tests/e2e runs the real servers, clients, browser, container and processes.
+test-unit: install
+	$(BIN)/python -m pytest -q tests/unit
 
-# tests/test_ports.py stands up, in a network namespace of its own, the DNAT rule podman writes
-# for a published port: iptables and ip (iproute2); tests/test_deploy_files.py checks the
+test-e2e: install node-deps browser-deps test-tools
+	$(BIN)/python -m pytest -q tests/e2e
+
+# Both tiers in one pytest run, the fast one first: one collection and one simulator
+# process, where two runs would pay each twice.
+test-all: install node-deps browser-deps test-tools
+	$(BIN)/python -m pytest -q tests/unit tests/e2e
+
+# tests/e2e/test_ports.py stands up, in a network namespace of its own, the DNAT rule podman writes
+# for a published port: iptables and ip (iproute2); tests/e2e/test_deploy_files.py checks the
 # shipped nginx config with `nginx -t` (nginx-light, openssl). Installed when missing, else
 # those cases skip.
 test-tools:
@@ -62,7 +73,7 @@ test-tools:
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing$$missing for tests/test_ports.py and tests/test_deploy_files.py"; \
+	    echo "installing$$missing for tests/e2e/test_ports.py and tests/e2e/test_deploy_files.py"; \
 	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	      apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } \
 	    || echo "apt-get could not install$$missing: the cases that need them will skip"; \
@@ -91,7 +102,7 @@ node-deps:
 
 # The container image is tested where podman can be installed (it says NOT RUN where it
 # cannot); the kill -9 soak runs with 20 kills.
-test: lint typecheck unit soak-kill image-test
+test: lint typecheck test-all soak-kill image-test
 
 # Builds the image from a clean export of HEAD and checks it in podman (deploy/image-test.sh
 # says why each setup step exists). Installs podman, runc, debootstrap and podman-compose when
@@ -124,7 +135,7 @@ browser-deps:
 	  else echo "no chromium: the console's browser tests will skip (apt-get install chromium)"; fi; }
 
 browser-test: install browser-deps
-	$(BIN)/python -m pytest -q tests/browser
+	$(BIN)/python -m pytest -q tests/e2e/browser
 
 # A bounded soak (a few hundred mixed, concurrent turns with tools and hostile bodies):
 # prints 5xx count, escapes, lost rows, descriptor and RSS growth. Not part of `make test`.

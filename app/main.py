@@ -42,6 +42,7 @@ from app.api.sessions import router as sessions
 from app.api.sessions import turns as turn_routes
 from app.api.sessions.service import SessionService
 from app.api.state import AppState
+from app.api.turn_serving import TurnServing
 from app.config import Settings
 from app.db.approval_store import ApprovalStore
 from app.db.idempotency_store import IdempotencyStore
@@ -126,6 +127,21 @@ def known_secrets(settings: Settings) -> list[str]:
     return [v.get_secret_value() for v in values if v is not None]
 
 
+def install_endpoints(app: FastAPI, turn_serving: TurnServing) -> None:
+    """Each endpoint's serving object where its router reads it (vLLM's habit). Both share
+    one turn serving object, so a session continued on either finds the same twins and
+    caches."""
+    setattr(app.state, chat.SERVING, ChatServing(turn_serving))
+    sessions_service = SessionService(
+        store=turn_serving.store,
+        profiles=turn_serving.profiles,
+        setup=turn_serving.setup,
+        turns=turn_serving.turns,
+    )
+    responses_serving = ResponsesServing(turn_serving=turn_serving, sessions=sessions_service)
+    setattr(app.state, responses.SERVING, responses_serving)
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
@@ -160,7 +176,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     tools = _tool_registry(settings, metrics)
     auth = build_authenticator(settings)
     approvals = build_gate(settings, store, auth)
-    chat_serving = ChatServing(
+    turn_serving = TurnServing(
         settings=settings,
         store=store,
         turns=turns,
@@ -176,16 +192,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         auth=auth,
         turns=turns,
         providers=providers,
-        chat=chat_serving,
+        profiles=turn_serving.profiles,
+        setup=turn_serving.setup,
+        tools=tools,
         started_at=int(time.time()),
         metrics=metrics,
         approvals=approvals,
         limits=Limits(max_concurrent_turns=settings.max_concurrent_turns),
-        responses=ResponsesServing(
-            chat=chat_serving,
-            sessions=SessionService(store=store, chat=chat_serving, turns=turns),
-        ),
     )
+    install_endpoints(app, turn_serving)
     if settings.metrics_port:
         # Loopback only: this listener has no auth, so it must not be reachable from outside.
         start_http_server(settings.metrics_port, addr="127.0.0.1", registry=metrics.registry)

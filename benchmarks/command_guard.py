@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.security.command_guard import check_command
-from tests.test_command_guard import CASES
+from tests.unit.test_command_guard import CASES
 
 NAIVE = re.compile(r"rm\s+-rf\s+/|mkfs|shutdown|reboot|:\(\)\{")
 ROUNDS = 20

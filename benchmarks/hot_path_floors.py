@@ -119,17 +119,17 @@ def fastapi_app(*, middleware: bool = True) -> Any:
 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
-    async def frames(chunks: int) -> AsyncIterator[ServerSentEvent | bytes]:
+    async def frames(chunks: int) -> AsyncIterator[bytes]:
         renderer = CompletionRenderer("courier")
-        yield ServerSentEvent(data=renderer.role_chunk(), sep="\n")
+        yield ServerSentEvent(data=renderer.role_chunk()).encode()
         for i in range(chunks):
-            yield ServerSentEvent(data=renderer.text_chunk(f"word{i} "), sep="\n").encode()
-        yield ServerSentEvent(data="[DONE]", sep="\n")
+            yield ServerSentEvent(data=renderer.text_chunk(f"word{i} ")).encode()
+        yield ServerSentEvent(data="[DONE]").encode()
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request, who: PrincipalDep) -> Any:
         chunks = int(json.loads(await request.body())["chunks"])
-        return EventSourceResponse(frames(chunks), headers={"X-Session-Id": who[-8:]}, sep="\n")
+        return EventSourceResponse(frames(chunks), headers={"X-Session-Id": who[-8:]})
 
     if middleware:
         app.add_middleware(HeadAsGet)
@@ -370,11 +370,9 @@ def stack_app(upstream: str, data: Path) -> Any:
             ).amount
         )
 
-    async def frames(
-        sid: str, chat: ChatCompletionRequest
-    ) -> AsyncIterator[ServerSentEvent | bytes]:
+    async def frames(sid: str, chat: ChatCompletionRequest) -> AsyncIterator[bytes]:
         renderer = CompletionRenderer(chat.model)
-        yield ServerSentEvent(data=renderer.role_chunk())
+        yield ServerSentEvent(data=renderer.role_chunk()).encode()
         messages: list[dict[str, Any]] = [{"role": "system", "content": "You are Courier."}]
         messages += [m.model_dump(exclude_none=True) for m in chat.messages]
         for _call in range(STACK_MAX_CALLS):
@@ -413,7 +411,7 @@ def stack_app(upstream: str, data: Path) -> Any:
                 writer, run_tools, sid, assistant["tool_calls"]
             )
             messages += [assistant, *results]
-        yield ServerSentEvent(data="[DONE]")
+        yield ServerSentEvent(data="[DONE]").encode()
 
     async def chat(request: Request) -> Any:
         owner = request.headers.get("authorization", "")

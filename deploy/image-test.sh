@@ -10,7 +10,7 @@
 #     $CACHE so later runs skip the minute it takes;
 #   - the pip step borrows the host's pip configuration and CA bundle as build secrets
 #     (read-only, never in a layer): this network inspects TLS, elsewhere nobody needs them.
-# Exit 0: image built and every check in tests/image/ passed. Exit 3: podman cannot be set up.
+# Exit 0: image built and every check in tests/e2e/image/ passed. Exit 3: podman cannot be set up.
 # `deploy/image-test.sh --clean` (make clean-images) removes what runs left: $CACHE and $RUN.
 set -euo pipefail
 
@@ -26,7 +26,7 @@ PODMAN=(podman --runtime runc)
 say() { printf 'image-test: %s\n' "$*"; }
 cannot() { say "SKIPPED: $*"; exit 3; }
 
-# Every podman below, and those tests/image and podman-compose start, read these two files
+# Every podman below, and those tests/e2e/image and podman-compose start, read these two files
 # and nothing in /etc/containers or /usr/share/containers: the machine's setup stays as it
 # was, and a podman the operator runs by hand never sees the test's images.
 conf_dir=$(mktemp -d /tmp/courier-image-conf.XXXXXX)
@@ -130,6 +130,6 @@ while read -r name created; do
     "${PODMAN[@]}" rm -f -t 0 "$name" >/dev/null 2>&1 && say "removed $name, left by an earlier run"
   fi
 done < <("${PODMAN[@]}" ps -a --filter name=^courier-it- --format '{{.Names}} {{.Created.Unix}}' | sort)
-say "running tests/image against $IMAGE"
+say "running tests/e2e/image against $IMAGE"
 COURIER_IMAGE="$IMAGE" "$REPO/.venv/bin/python" -m pytest -q -p no:cacheprovider \
-  "$REPO/tests/image"
+  "$REPO/tests/e2e/image"

@@ -32,8 +32,8 @@ class UnknownModel(Refused):
 class SessionNotFound(Refused):
     code = "session_not_found"
 
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"session '{session_id}' not found", param="session_id")
+    def __init__(self, session_id: str, *, param: str = "session_id") -> None:
+        super().__init__(f"session '{session_id}' not found", param=param)
 
 
 class ProfileGone(Refused):

@@ -8,6 +8,7 @@ where they must change it (a fallback's route), replace it instead of patching i
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from app.agent.approvals import ApprovalGate, turn_guard
 from app.agent.context.cache_planner import StablePrefixRegistry
 from app.agent.context.compressor import Compressor
 from app.agent.context.context_files import ContextWatch
+from app.agent.context.window import SessionWindow
 from app.agent.cost.budget import SpendGuard
 from app.agent.events import ExitReason, TurnError, TurnEvent, TurnFinished
 from app.agent.tool_step import BatchRunner
@@ -94,6 +96,20 @@ class TurnContext:
     """The session's end user under `owner` ("" for none): the tools' and the ledger's scope."""
     bound_session: str | None = None
     """The session a session-bound token that runs the turn is bound to (None otherwise)."""
+
+    @functools.cached_property
+    def window(self) -> SessionWindow:
+        """The parts of this turn its context window reads (app/agent/context/window.py);
+        built once, as every part is frozen (a fallback's route is a new context)."""
+        return SessionWindow(
+            store=self.store,
+            session_id=self.session_id,
+            lease=self.lease,
+            profile=self.profile,
+            compressor=self.compressor,
+            stable_tier=self.stable_tier,
+            rebuild_prompt=self.rebuild_prompt,
+        )
 
     @property
     def tool_context(self) -> ToolContext:

@@ -1,9 +1,9 @@
 """What the agent is asked to do, in its own terms: no wire models, no HTTP.
 
-The HTTP face translates a client's request into a `TurnRequest` once
-(`app/api/chat/translate.py`); from there session placement, the relay and the turn read
-only these frozen values, so a second front door (the Responses API) and the chat path
-cannot disagree about what a message means.
+The HTTP face translates a client's request into a `TurnRequest` once, from either front
+door (`app/api/chat/translate.py`, `app/api/responses/translate.py`); from there session
+placement, the relay and the turn read only these frozen values, so the Responses API and
+the chat path cannot disagree about what a message means.
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ class IncomingMessage:
     images: tuple[StoredImage, ...]
     param: str
     """Where it sits in the client's request (`messages[3]`), for errors that name it."""
+    call_param: str = ""
+    """A tool result's: where the call id it answers sits (`messages[3].tool_call_id`),
+    for the error that refuses a result no open call asked for."""
 
     @property
     def row(self) -> NewMessage | None:
@@ -86,6 +89,9 @@ class TurnRequest:
     """The app's own id for the conversation (a session header): names the session."""
     max_cost_usd: Decimal | None = None
     """The request's own spend cap."""
+    session_param: str = "session_id"
+    """Where the client named the session, for the 404 that refuses it
+    (`previous_response_id` on the Responses API)."""
 
     def rows(self, start: int = 0) -> list[NewMessage]:
         return [m.row for m in self.messages[start:] if m.row is not None]

@@ -17,6 +17,7 @@ maps are keyed by below is that scope.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -24,11 +25,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from weakref import WeakValueDictionary
 
+from fastapi import Request
+
 from app.agent.events import TurnFinished
 from app.agent.refusals import IdempotencyKeyReused, TurnCancelled
 from app.agent.turns.event_codec import decode, encode
 from app.agent.turns.handle import TurnHandle
 from app.agent.turns.manager import TurnManager
+from app.api.http.errors import ApiError
 from app.db.idempotency_store import IdempotencyStore
 
 log = logging.getLogger(__name__)
@@ -47,6 +51,23 @@ class Retry:
     """The counter says this is an attempt's first try (0): it repeats nothing. Two pipecat
     calls under one key open with the same `[system]` body; without this, the second
     would attach to the first caller's turn."""
+
+
+def retry_of(request: Request, body: bytes) -> Retry:
+    """The request's retry signals: an explicit Idempotency-Key, the SDK's retry counter,
+    and the digest of `body` (the endpoint's own bytes, so a chat body and a Responses body
+    never look alike) that makes a byte-identical repeat recognisable without either."""
+    key = request.headers.get("idempotency-key")
+    if key is not None and not 1 <= len(key) <= 255:
+        raise ApiError(400, "Idempotency-Key must be 1-255 characters", param="Idempotency-Key")
+    count = request.headers.get("x-stainless-retry-count")
+    tries = int(count) if count is not None and count.isdigit() else None
+    return Retry(
+        digest=hashlib.sha256(body).hexdigest(),
+        key=key,
+        marked=tries is not None and tries >= 1,
+        first_try=tries == 0,
+    )
 
 
 class DurableKeys:

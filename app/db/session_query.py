@@ -1,6 +1,6 @@
 """Queries behind the sessions API and the Responses API: listing, paging, retraction, purge.
 
-They live beside `store.py`, not in it, so the store's write path can be reworked without
+They live beside `store/`, not in it, so the store's write path can be reworked without
 touching them. Listing reads are batched per page (one query per kind of fact for all the
 page's sessions), so a page of fifty sessions costs a handful of statements, not hundreds.
 """

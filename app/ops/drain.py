@@ -16,7 +16,6 @@ from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
-from sse_starlette.sse import AppStatus
 
 SWITCH_INTERVAL_S = 0.0005
 """How long a thread may keep the interpreter lock while another waits (CPython: 5 ms).
@@ -41,10 +40,6 @@ class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
         super().__init__(config)
         self.courier_app = app
-        # sse-starlette ends every open stream at the signal by default, which would cut
-        # the very turns the drain exists to let finish; uvicorn's graceful timeout still
-        # bounds them.
-        AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)

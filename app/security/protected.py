@@ -41,7 +41,7 @@ file) nor `uniq` (its second operand is its output)."""
 
 PATH_ARGUMENTS = ("path", "file", "filename", "target", "source", "destination", "dest")
 SANDBOX_WORKSPACE = "/workspace"
-"""Where the sandbox mounts the workspace (`app.tools.sandbox.process.SANDBOX_WORKSPACE`): there,
+"""Where the sandbox mounts the workspace (`app.tools.sandbox.policy.SANDBOX_WORKSPACE`): there,
 `/workspace/AGENTS.md` is the workspace's AGENTS.md."""
 STATE_FILES = ("courier.db", "courier.db-wal", "courier.db-shm", "courier.db-journal")
 STATE_BLOCK = Verdict(

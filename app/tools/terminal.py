@@ -14,10 +14,10 @@ from typing import Any
 
 from app.tools.registry import PathClaim, Tool, ToolContext, ToolError
 from app.tools.safe_open import open_root
+from app.tools.sandbox.policy import SandboxError
 from app.tools.sandbox.process import (
     CommandResult,
     ResourceLimits,
-    SandboxError,
     bwrap_available,
     run_local,
     run_sandboxed,
@@ -162,7 +162,7 @@ async def guarded_run(ctx: ToolContext, command: str, timeout_s: float) -> Comma
     finally:
         watcher.cancel()
         if not run.done():
-            run.cancel()  # kills the command's processes (see sandbox._execute)
+            run.cancel()  # kills the command's processes (see sandbox.process._execute)
             # Awaited even when we are being cancelled: the kill must finish before we go.
             with contextlib.suppress(asyncio.CancelledError):
                 await run

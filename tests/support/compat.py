@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.server import Server, sim_env
+from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
 OTHER_KEY = "other-principal-key-0123456789"
@@ -29,23 +29,19 @@ ORIGIN = "https://cockpit.example"
 def compat_servers(
     simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Server]]:
-    started: dict[str, Server] = {}
+    servers = ServerFactory(simulator, tmp_path_factory)
     try:
-        for wire in ("openai", "anthropic"):
-            env = sim_env(
-                simulator.base_url,
+        yield {
+            wire: servers(
                 wire,
                 COURIER_ACCEPT_ANY_MODEL="true",
                 COURIER_ADMIN_API_KEY=OTHER_KEY,
                 COURIER_CORS_ORIGINS=json.dumps([ORIGIN]),
             )
-            started[wire] = Server(data_dir=tmp_path_factory.mktemp(f"compat-{wire}"), env=env)
-            # A loaded 2-core machine can take 10+ s to boot one; 20 s is too tight for two.
-            started[wire].start(timeout=60)
-        yield started
+            for wire in ("openai", "anthropic")
+        }
     finally:
-        for server in started.values():
-            server.stop()
+        servers.stop_all()
 
 
 def unmarked(value: Any) -> Any:

@@ -1,4 +1,12 @@
-"""Start the real Courier server (uvicorn in a subprocess) on a loopback port."""
+"""Start the real Courier server (uvicorn in a subprocess) on a loopback port.
+
+The one way a test gets a server: the `servers` fixture (or `module_servers`, for a server
+a whole module shares) starts one against the session's simulator with the settings the
+test names, and stops every server it started when its scope ends:
+
+    def test_x(servers: ServerFactory) -> None:
+        server = servers("anthropic", COURIER_MAX_ITERATIONS="2")
+"""
 
 from __future__ import annotations
 
@@ -7,12 +15,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import pytest
 
 from app.ops import ports
+from tests.support.sim import Simulator
 
 API_KEY = "test-key-0123456789abcdef"
 
@@ -100,3 +111,63 @@ def sim_env(sim_base_url: str, provider: str = "openai", **extra: str) -> dict[s
         "COURIER_UPSTREAM_RETRY_BASE_DELAY_S": "0.01",
         **extra,
     }
+
+
+class ServerFactory:
+    """Starts Courier servers on the simulator's wire; `stop_all` stops each one it started."""
+
+    def __init__(self, simulator: Simulator, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.simulator = simulator
+        self._tmp = tmp_path_factory
+        self._started: list[Server] = []
+
+    def __call__(
+        self,
+        provider: str = "openai",
+        *,
+        data_dir: Path | None = None,
+        start: bool = True,
+        timeout: float = 60.0,
+        **env: str,
+    ) -> Server:
+        """A server whose settings are `sim_env`'s plus `env`, in a data directory of its
+        own unless `data_dir` names one (a restart, a copied database). `start=False` hands
+        it over unstarted, for a test that starts (and restarts) it itself."""
+        server = Server(
+            data_dir=data_dir or self._tmp.mktemp("courier"),
+            env=sim_env(self.simulator.base_url, provider, **env),
+        )
+        self._started.append(server)
+        return server.start(timeout) if start else server
+
+    def like(self, server: Server, *, data_dir: Path) -> Server:
+        """Another server with `server`'s settings, started on `data_dir` (a copy of its
+        database, say, to see what a cold start rebuilds)."""
+        twin = Server(data_dir=data_dir, env=dict(server.env))
+        self._started.append(twin)
+        return twin.start()
+
+    def stop_all(self) -> None:
+        for server in reversed(self._started):
+            server.stop()
+        self._started.clear()
+
+
+@pytest.fixture
+def servers(
+    simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerFactory]:
+    """Servers for one test, stopped when it ends (also when it fails)."""
+    factory = ServerFactory(simulator, tmp_path_factory)
+    yield factory
+    factory.stop_all()
+
+
+@pytest.fixture(scope="module")
+def module_servers(
+    simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerFactory]:
+    """Servers a module's tests share, stopped after its last test."""
+    factory = ServerFactory(simulator, tmp_path_factory)
+    yield factory
+    factory.stop_all()

@@ -15,13 +15,13 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import httpx
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO as REPO_ROOT
+
 STARTUP_TIMEOUT = 20.0
 _LISTENING = "courier simulator listening on "
 

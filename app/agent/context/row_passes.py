@@ -17,19 +17,14 @@ every long pass ran.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from app.agent.context.compressor import Compressor
 from app.agent.context.live_projection import projections_for
 from app.db.models import SessionRow
-from app.db.store import StoredMessage
+from app.db.store import Store, StoredMessage
 from app.observe.loop_passes import is_long, off_loop, on_worker
 
-if TYPE_CHECKING:
-    from app.agent.turn_context import TurnContext
 
-
-async def live_rows(ctx: TurnContext) -> list[StoredMessage]:
+async def live_rows(store: Store, session_id: str) -> list[StoredMessage]:
     """`store.active_messages`, with a log the store does not keep read on a worker thread.
 
     Not kept means read whatever its length, as no length is known before the read. A new
@@ -37,11 +32,10 @@ async def live_rows(ctx: TurnContext) -> list[StoredMessage]:
     or prune, which only long logs get), a restart or an eviction: rare, and the hop also
     spares the loop the read's wait on SQLite.
     """
-    store = ctx.store
-    if not store.keeps_live(ctx.session_id):
+    if not store.keeps_live(session_id):
         store.flush()  # the loop's deferred writes land first, as `active_messages` does
-        await on_worker(lambda: store.load_live(session_id=ctx.session_id))
-    return store.active_messages(session_id=ctx.session_id)
+        await on_worker(lambda: store.load_live(session_id=session_id))
+    return store.active_messages(session_id=session_id)
 
 
 async def sized(comp: Compressor, session: SessionRow, rows: list[StoredMessage]) -> int:
@@ -49,9 +43,9 @@ async def sized(comp: Compressor, session: SessionRow, rows: list[StoredMessage]
     return await off_loop(comp.unsized(session.id, rows), lambda: comp.estimate(session, rows))
 
 
-async def project_ahead(ctx: TurnContext, rows: list[StoredMessage]) -> None:
+async def project_ahead(store: Store, session_id: str, rows: list[StoredMessage]) -> None:
     """Fold the rows the kept projection lacks, on a worker thread when they are many; the
     call's `project` then only reads what was kept."""
-    projections = projections_for(ctx.store)
-    if is_long(projections.unfolded(ctx.session_id, rows)):
-        await off_loop(len(rows), lambda: projections.prepare(ctx.session_id, rows))
+    projections = projections_for(store)
+    if is_long(projections.unfolded(session_id, rows)):
+        await off_loop(len(rows), lambda: projections.prepare(session_id, rows))

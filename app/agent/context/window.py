@@ -1,22 +1,48 @@
 """The loop's hooks into the compressor: a preflight before each upstream call and an
-observation after it. Kept out of the loop so the loop reads like the idea."""
+observation after it. Kept out of the loop so the loop reads like the idea.
+
+They take the parts of a turn they read (`SessionWindow`), not the whole turn: the context
+room sits below the turn that uses it, and a hook that took the turn would tie the two
+together both ways.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from app.agent.context.compressor import Summariser, observe_response, threshold_tokens
+from app.agent.context.compressor import (
+    Compressor,
+    Summariser,
+    observe_response,
+    threshold_tokens,
+)
 from app.agent.context.prompt import recover_stable_boundary
 from app.agent.context.row_passes import live_rows, sized
 from app.config import Profile
 from app.db.models import SessionRow
-from app.db.store import StoredMessage
+from app.db.store import Store, StoredMessage
 from app.providers.usage import Usage
 
-if TYPE_CHECKING:
-    from app.agent.turn_context import TurnContext
+
+@dataclass(frozen=True, slots=True)
+class SessionWindow:
+    """What the context window reads of a turn: its session under the lease, the limits of
+    the profile it runs on now (a fallback changes them), and the compressor."""
+
+    store: Store
+    session_id: str
+    lease: str
+    profile: Profile
+    compressor: Compressor | None
+    """None: the window is never pruned or compacted."""
+    stable_tier: str
+    """The stable tier the session's prompt starts with; each call proves it again, since
+    a compaction rebuilds the prompt."""
+    rebuild_prompt: Callable[[], str]
+    """Rebuild the session's system prompt from its stored inputs (used by compaction)."""
+
 
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 
@@ -45,65 +71,66 @@ class Preflight:
 
 
 def _checked(
-    ctx: TurnContext, rough: int, session: SessionRow, rows: list[StoredMessage]
+    window: SessionWindow, rough: int, session: SessionRow, rows: list[StoredMessage]
 ) -> Preflight:
-    stable_len = recover_stable_boundary(session.system_prompt, ctx.stable_tier)
+    stable_len = recover_stable_boundary(session.system_prompt, window.stable_tier)
     return Preflight(rough, session, rows, stable_len)
 
 
 async def preflight(
-    ctx: TurnContext,
+    window: SessionWindow,
     summarise: Summariser,
     *,
     turn_start: bool,
     force: bool = False,
 ) -> Preflight:
     """Prune (only where it is free) and compact when the projection crosses the threshold."""
-    store, profile, comp = ctx.store, ctx.profile, ctx.compressor
-    session = store.leased_row(session_id=ctx.session_id)
+    store, profile, comp = window.store, window.profile, window.compressor
+    sid, lease = window.session_id, window.lease
+    session = store.leased_row(session_id=sid)
     assert session is not None
-    rows = await live_rows(ctx)
+    rows = await live_rows(store, sid)
     if comp is None:
-        return _checked(ctx, 0, session, rows)
+        return _checked(window, 0, session, rows)
     cold = turn_start and prefix_is_cold(profile, session, time.time())
     if (profile.prune_mid_burst or cold) and await comp.prune(
-        store, session, profile, lease=ctx.lease, rows=rows
+        store, session, profile, lease=lease, rows=rows
     ):
-        session = store.leased_row(session_id=ctx.session_id)
+        session = store.leased_row(session_id=sid)
         assert session is not None
-        rows = await live_rows(ctx)
+        rows = await live_rows(store, sid)
     rough = await sized(comp, session, rows)
-    if force or comp.needs_compaction(store, session, profile, rough, lease=ctx.lease):
+    if force or comp.needs_compaction(store, session, profile, rough, lease=lease):
         prompt = await comp.compact(
             store,
             session,
             profile,
-            lease=ctx.lease,
+            lease=lease,
             rows=rows,
             summarise=summarise,
-            rebuild_prompt=ctx.rebuild_prompt,
+            rebuild_prompt=window.rebuild_prompt,
         )
         if prompt is not None:
-            session = store.leased_row(session_id=ctx.session_id)
+            session = store.leased_row(session_id=sid)
             assert session is not None
-            rows = await live_rows(ctx)
+            rows = await live_rows(store, sid)
             rough = await sized(comp, session, rows)
-    return _checked(ctx, rough, session, rows)
+    return _checked(window, rough, session, rows)
 
 
-def observe(ctx: TurnContext, checked: Preflight, *, usage: Usage | None) -> None:
+def observe(window: SessionWindow, checked: Preflight, *, usage: Usage | None) -> None:
     """Record the call's billed prompt against the preflight's estimate.
 
     The row the preflight read is still the truth for what this reads (the verdict latch
     and strike count: only a compaction, done before that read, and this call change
     them, under the turn's lease); reading it again cost a query per upstream call."""
-    if ctx.compressor is None:
+    if window.compressor is None:
         return
     observe_response(
-        ctx.store,
+        window.store,
         checked.session,
         rough_at_call=checked.rough,
         usage=usage,
-        threshold=threshold_tokens(ctx.profile),
-        lease=ctx.lease,
+        threshold=threshold_tokens(window.profile),
+        lease=window.lease,
     )

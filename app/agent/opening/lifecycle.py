@@ -137,7 +137,13 @@ class SessionLifecycle:
         self.compressor = Compressor(prefixes=self.prefixes)
 
     def owned(
-        self, *, owner: str, admin: bool, session_id: str, end_user: str | None = None
+        self,
+        *,
+        owner: str,
+        admin: bool,
+        session_id: str,
+        end_user: str | None = None,
+        param: str = "session_id",
     ) -> SessionRow:
         """The session, if the caller may continue it. A request acting for an end user
         reaches only that end user's sessions; one without an end user, any of its key's
@@ -151,7 +157,7 @@ class SessionLifecycle:
             or (end_user is not None and session.end_user != end_user)
             or is_retracted(self.store, session_id=session_id)
         ):
-            raise SessionNotFound(session_id)
+            raise SessionNotFound(session_id, param=param)
         if session.profile not in self.profiles:
             raise ProfileGone(session.profile)
         return session
@@ -167,6 +173,7 @@ class SessionLifecycle:
                 admin=req.admin,
                 session_id=req.session_id,
                 end_user=req.end_user,
+                param=req.session_param,
             )
             if req.session_id
             else None
@@ -364,7 +371,7 @@ class SessionLifecycle:
         for m in results:
             assert m.row is not None
             if m.row.tool_call_id not in open_ids:
-                raise UnknownToolCall(m.row.tool_call_id, param=f"{m.param}.tool_call_id")
+                raise UnknownToolCall(m.row.tool_call_id, param=m.call_param)
         closed = close_unanswered_calls(
             self.store,
             session_id=session.id,

@@ -26,10 +26,10 @@ class SessionSetup:
     def workspace(self, profile: Profile, session_id: str) -> Path:
         """Where the session works. A profile's workspace is made if missing (and must be a
         directory); a private one is made before the session's first tool batch
-        (`persist_reply`, app/agent/loop.py). Made at the opening, it cost every new session a
-        directory create (~60 µs of CPU, ~200 µs of the opening's wall time waiting on the
-        file system's journal), and left an empty directory behind each session that never
-        ran a tool: most of a voice bot's."""
+        (`persist_reply`, app/agent/reply_store.py). Made at the opening, it cost every new
+        session a directory create (~60 µs of CPU, ~200 µs of the opening's wall time waiting
+        on the file system's journal), and left an empty directory behind each session that
+        never ran a tool: most of a voice bot's."""
         if profile.workspace is not None:
             _ensure_dir(profile.workspace)
         return self.workspace_path(profile, session_id)

@@ -21,9 +21,9 @@ from app.agent.cost.budget import SpendGuard
 from app.agent.cost.ledger import CallSite, Timing, record_call
 from app.agent.cost.spend_caps import SpendCaps, price_override
 from app.agent.events import ClientToolCalls, TurnError, TurnFinished, TurnText
-from app.agent.loop import secret_error, upstream_turn_error
 from app.agent.refusals import SpendRefused
 from app.agent.structured import output_problem
+from app.agent.turn_errors import secret_error, upstream_turn_error
 from app.agent.turn_request import TurnRequest, check_tool_choice, refuse_prefill
 from app.agent.turns.handle import TurnHandle
 from app.config import Profile

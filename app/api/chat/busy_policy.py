@@ -24,10 +24,10 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from app.agent.turns.handle import TurnHandle
-from app.api.chat.serving import StartedTurn
+from app.agent.turns.manager import TurnManager
 from app.api.chat.wire import ChatCompletionRequest
 from app.api.http.errors import ApiError
-from app.api.state import AppState
+from app.api.turn_serving import StartedTurn
 from app.config import BusyStrategy, DisconnectPolicy, Profile
 
 ENQUEUE_WAIT_S = 600.0
@@ -88,7 +88,7 @@ def steer_text(chat: ChatCompletionRequest) -> str:
 
 
 async def start_when_free(
-    state: AppState,
+    turns: TurnManager,
     start: Callable[[], Awaitable[StartedTurn]],
     strategy: BusyStrategy,
     steer: str | None = None,
@@ -97,7 +97,7 @@ async def start_when_free(
     deadline = time.monotonic() + ENQUEUE_WAIT_S
     steered = False
     while True:
-        if state.turns.draining:  # checked again after each wait: a queued turn too
+        if turns.draining:  # checked again after each wait: a queued turn too
             raise ApiError(
                 503,
                 "the server is shutting down and takes no new turns; retry shortly",
@@ -113,7 +113,7 @@ async def start_when_free(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise
-            handle = state.turns.latest_for(sid)
+            handle = turns.latest_for(sid)
             if handle is None or handle.task is None or handle.finished_at is not None:
                 await asyncio.sleep(_POLL_S)
                 continue

@@ -3,7 +3,7 @@
 Ignoring a field silently is how structured output, tool loops and logprobs broke in real
 clients: the answer looked fine and was wrong. So a field we cannot honour is refused with
 a 400 naming it when ignoring it would make the answer wrong, and a pure hint we drop is
-named in the `X-Courier-Ignored` response header. The README's request-field table lists
+named in the `X-Courier-Ignored` response header. docs/clients.md's request-field table lists
 the same fates.
 """
 

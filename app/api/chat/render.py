@@ -1,26 +1,40 @@
-"""Render turn results as OpenAI JSON bodies and SSE chunks."""
+"""A chat turn as the client asked for it: one JSON completion, or SSE chunks.
+
+Streams carry standard chunks only, and progress chunks for a client that opted in (the
+pacing and keepalives are `app/api/http/sse.py`'s); the JSON path waits for the end and
+cancels the turn if the client hangs up first (an SDK timeout), so its retry does not find
+the first attempt still running tools beside it.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import time
+from collections.abc import Set
 from typing import Any
 
 import orjson
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
 
 from app.agent.events import (
     ApprovalRequested,
     ApprovalResolved,
+    ClientToolCalls,
     ToolFinished,
     ToolStarted,
     TurnError,
+    TurnEvent,
     TurnFinished,
+    TurnText,
 )
 from app.agent.turns.handle import TurnHandle
 from app.api.chat.wire import (
     ChatCompletion,
     ChatCompletionChunk,
+    ChatCompletionRequest,
     Choice,
     ChunkChoice,
     CompletionTokensDetails,
@@ -34,7 +48,9 @@ from app.api.chat.wire import (
     UsageOut,
 )
 from app.api.http.errors import ErrorBody, ErrorResponse
-from app.api.http.sse import SSE_SEP
+from app.api.http.hangup import outlasted
+from app.api.http.sse import SSE_SEP, ServerSentEvent
+from app.api.http.statuses import turn_error_status
 from app.providers.base import ToolCall
 
 _SENTINEL = "\x00courier-text\x00"
@@ -187,6 +203,14 @@ def _frame_template(model: str, include_usage: bool, kind: str) -> tuple[str, st
 class CompletionRenderer:
     """One completion's identity: the same id, created and model on every chunk."""
 
+    @classmethod
+    def of(cls, request: ChatCompletionRequest, handle: TurnHandle) -> CompletionRenderer:
+        """The renderer of `handle`'s completion as `request` asked for it."""
+        options = request.stream_options
+        renderer = cls(request.model, include_usage=bool(options and options.include_usage))
+        renderer.adopt(handle)
+        return renderer
+
     def __init__(self, model: str, *, include_usage: bool = False) -> None:
         self.id = "chatcmpl-" + secrets.token_hex(12)
         self.created = int(time.time())
@@ -315,3 +339,110 @@ def _json_string(text: str) -> str:
         return orjson.dumps(text).decode()
     except TypeError:
         return json.dumps(text, ensure_ascii=False)
+
+
+class ChatFrames:
+    """A chat turn's events as `chat.completion.chunk` frames (`app/api/http/sse.py`'s
+    `TurnFrames`); progress chunks only for a client that asked for them."""
+
+    head_waits = True  # the role chunk says nothing alone: it rides with the first bytes
+
+    def __init__(
+        self, renderer: CompletionRenderer, handle: TurnHandle, *, opted_in: Set[str] = frozenset()
+    ) -> None:
+        self.renderer = renderer
+        self.handle = handle
+        self.tool_events = "tools" in opted_in
+        self.approval_events = "approvals" in opted_in
+        self.head = ServerSentEvent(data=renderer.role_chunk()).encode()
+
+    def frames(self, event: TurnEvent) -> bytes:
+        if type(event) is TurnText:  # most events: straight to bytes
+            return self.renderer.text_sse(event.text)
+        return b"".join(frame.encode() for frame in self.event_frames(event))
+
+    async def last(self, event: TurnFinished) -> bytes:
+        self.handle.delivered = event.error is None
+        return b"".join(frame.encode() for frame in self.event_frames(event))
+
+    def left(self) -> None:
+        # Stop the work, unless an idempotency key lets a retry reattach within the grace
+        # period (the handle knows).
+        self.handle.abandon()
+
+    def event_frames(self, event: TurnEvent) -> list[ServerSentEvent]:
+        """The frames one turn event becomes (none for events this client did not ask for)."""
+        renderer = self.renderer
+        if isinstance(event, TurnText):
+            return [ServerSentEvent(data=renderer.text_chunk(event.text))]
+        if isinstance(event, ClientToolCalls):
+            return [ServerSentEvent(data=c) for c in renderer.tool_call_chunks(event.calls)]
+        if self.tool_events and isinstance(event, ToolStarted | ToolFinished):
+            return [ServerSentEvent(data=renderer.progress_chunk(tool_event_payload(event)))]
+        if self.approval_events and isinstance(event, ApprovalRequested | ApprovalResolved):
+            payload = approval_event_payload(event)
+            return [ServerSentEvent(data=renderer.progress_chunk(payload))]
+        if not isinstance(event, TurnFinished):
+            return []
+        if event.error is not None:
+            # Headers are gone: the error travels inside the stream.
+            frames = [ServerSentEvent(data=json.dumps(error_payload(event.error)))]
+        else:
+            frames = [ServerSentEvent(data=renderer.finish_chunk(event))]
+            if renderer.include_usage:
+                frames.append(ServerSentEvent(data=renderer.usage_chunk(event)))
+        return [*frames, ServerSentEvent(data="[DONE]")]
+
+
+async def _collect(handle: TurnHandle) -> tuple[str, tuple[ToolCall, ...], TurnFinished]:
+    text: list[str] = []
+    calls: tuple[ToolCall, ...] = ()
+    async for event in handle.events():
+        if isinstance(event, TurnText):
+            text.append(event.text)
+        elif isinstance(event, ClientToolCalls):
+            calls = event.calls
+        elif isinstance(event, TurnFinished):
+            return "".join(text), calls, event
+    raise AssertionError("a turn's events end with TurnFinished")
+
+
+async def json_completion(
+    request: Request, handle: TurnHandle, renderer: CompletionRenderer, headers: dict[str, str]
+) -> Response:
+    """The whole completion once the turn ends; 499 (the turn stopped) if the client hangs
+    up first."""
+    collect = asyncio.ensure_future(_collect(handle))
+    try:
+        done = await outlasted(request, collect)
+    except asyncio.CancelledError:
+        handle.abandon()
+        raise
+    if not done:
+        # The client hung up (an SDK timeout): stop the turn as a stream would, so its
+        # retry does not find the first attempt still running tools beside it.
+        collect.cancel()
+        await asyncio.gather(collect, return_exceptions=True)
+        handle.abandon()
+        return Response(status_code=499)
+    text, calls, finished = collect.result()
+    headers = {
+        **headers,
+        "X-Courier-Upstream-Calls": str(finished.upstream_calls),
+        "X-Courier-Cost-USD": str(finished.cost.amount)
+        if finished.cost.amount is not None
+        else "unknown",
+    }
+    if finished.error is not None:
+        return error_response(finished.error, headers)
+    handle.delivered = True
+    return JSONResponse(renderer.completion(text, finished, calls), headers=headers)
+
+
+def error_response(error: TurnError, headers: dict[str, str]) -> JSONResponse:
+    """A turn that failed before any answer: its error, at the status it names."""
+    return JSONResponse(
+        error_payload(error),
+        status_code=turn_error_status(error),
+        headers={**headers, **retry_headers(error)},
+    )

@@ -6,6 +6,10 @@ messages become log rows; images are decoded once, stored once per session and r
 by hash. The same pass yields the client-visible transcript that stateless continuity
 matches on (`app/agent/opening/continuity.py`). Everything a client got wrong here is a 400 that
 names the field, raised before anything is stored.
+
+The pieces that mean the same on both front doors (a message as a log row, an image, the
+client's tools, structured output) are the Responses translation's too
+(`app/api/responses/translate.py`), each taking the place the client named as `param`.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ import base64
 import binascii
 import hashlib
 import re
+from collections.abc import Iterable
 from decimal import Decimal
 from functools import partial
+from typing import Literal
 
 from app.agent.structured import schema_problem
 from app.agent.turn_request import IncomingMessage, TurnRequest, VisibleMessage
-from app.api.chat.wire import ChatCompletionRequest, ChatMessageIn
+from app.api.chat.wire import ChatCompletionRequest, ChatMessageIn, FunctionDef, JsonSchemaFormat
 from app.api.http.end_users import OnBehalf
 from app.api.http.errors import ApiError
 from app.config import Profile
@@ -51,17 +57,22 @@ def image_of(url: str, *, param: str) -> StoredImage:
     )
 
 
-def client_specs(request: ChatCompletionRequest) -> tuple[ToolSpec, ...]:
+def tool_specs(functions: Iterable[FunctionDef]) -> tuple[ToolSpec, ...]:
     """The client's tool schemas in a stable order, so the same set keeps the cache."""
     specs = {
-        t.function.name: ToolSpec(
-            name=t.function.name,
-            description=t.function.description or "",
-            parameters=t.function.parameters or {"type": "object", "properties": {}},
+        f.name: ToolSpec(
+            name=f.name,
+            description=f.description or "",
+            parameters=f.parameters or {"type": "object", "properties": {}},
         )
-        for t in request.tools or []
+        for f in functions
     }
     return tuple(specs[name] for name in sorted(specs))
+
+
+def cost_cap(usd: float | None) -> Decimal | None:
+    """A request's spend cap, exact (a float's binary expansion is not the cap it wrote)."""
+    return Decimal(str(usd)) if usd is not None else None
 
 
 def turn_request(
@@ -85,7 +96,7 @@ def turn_request(
         profile=profile,
         instructions=tuple(m.text() for m in messages[:n]),
         messages=tuple(incoming(m, f"messages[{i}]") for i, m in enumerate(messages[n:], n)),
-        client_tools=client_specs(request),
+        client_tools=tool_specs(t.function for t in request.tools or ()),
         tool_choice=tool_choice(request),
         sampling=sampling(request),
         output_format=output_format(request),
@@ -93,9 +104,7 @@ def turn_request(
         end_user=on_behalf.end_user,
         bound_session=bound_session,
         chat_name=on_behalf.chat,
-        max_cost_usd=Decimal(str(request.max_cost_usd))
-        if request.max_cost_usd is not None
-        else None,
+        max_cost_usd=cost_cap(request.max_cost_usd),
     )
 
 
@@ -103,23 +112,44 @@ def incoming(m: ChatMessageIn, param: str) -> IncomingMessage:
     """One message as a log row and as the continuity chain sees it, images decoded once."""
     if m.role == "user":
         images = tuple(image_of(url, param=f"{param}.content") for url in m.images())
-        keys = tuple(s.sha256 for s in images)
-        text = m.text()
-        seen = VisibleMessage("user", text, images=keys)
-        return IncomingMessage("user", partial(_user_row, text, keys), seen, images, param)
+        return user_message(m.text(), images, param=param)
     if m.role == "assistant":
         calls = tuple((c.id, c.function.name, c.function.arguments) for c in m.tool_calls or ())
-        text = m.text()
-        seen = VisibleMessage("assistant", text, calls=calls)
-        return IncomingMessage("assistant", partial(_assistant_row, text, calls), seen, (), param)
+        return assistant_message(m.text(), calls, param=param)
     if m.role == "tool":
-        text, call_id = m.text(), m.tool_call_id
-        seen = VisibleMessage("tool", text, call_id=call_id or "")
-        return IncomingMessage("tool", partial(_tool_row, text, call_id, m.name), seen, (), param)
-    if m.role in _INSTRUCTION_ROLES:
+        call_param = f"{param}.tool_call_id"
+        return tool_result(m.text(), m.tool_call_id, m.name, param=param, call_param=call_param)
+    if m.role == "system" or m.role == "developer":
         # A later system/developer message: an instruction kept in the log at its place.
-        return IncomingMessage(m.role, partial(_system_row, m.text()), None, (), param)
+        return instruction(m.role, m.text(), param=param)
     return IncomingMessage(m.role, _no_row, None, (), param)  # legacy `function`: not kept
+
+
+def user_message(text: str, images: tuple[StoredImage, ...], *, param: str) -> IncomingMessage:
+    keys = tuple(s.sha256 for s in images)
+    seen = VisibleMessage("user", text, images=keys)
+    return IncomingMessage("user", partial(_user_row, text, keys), seen, images, param)
+
+
+def assistant_message(
+    text: str, calls: tuple[tuple[str, str, str], ...], *, param: str
+) -> IncomingMessage:
+    """An assistant message with its client tool calls, as (id, name, arguments)."""
+    seen = VisibleMessage("assistant", text, calls=calls)
+    return IncomingMessage("assistant", partial(_assistant_row, text, calls), seen, (), param)
+
+
+def tool_result(
+    text: str, call_id: str | None, name: str | None, *, param: str, call_param: str
+) -> IncomingMessage:
+    """A client tool's result; `call_param` names where the call id it answers sits."""
+    seen = VisibleMessage("tool", text, call_id=call_id or "")
+    row = partial(_tool_row, text, call_id, name)
+    return IncomingMessage("tool", row, seen, (), param, call_param)
+
+
+def instruction(role: Literal["system", "developer"], text: str, *, param: str) -> IncomingMessage:
+    return IncomingMessage(role, partial(_system_row, text), None, (), param)
 
 
 def _user_row(text: str, images: tuple[str, ...]) -> NewMessage:
@@ -151,18 +181,19 @@ def output_format(request: ChatCompletionRequest) -> OutputFormat | None:
         return None
     if fmt.type == "json_object":
         return OutputFormat("json_object")
-    spec = fmt.json_schema
+    return json_schema_output(fmt.json_schema, param="response_format.json_schema")
+
+
+def json_schema_output(spec: JsonSchemaFormat | None, *, param: str) -> OutputFormat:
+    """A `json_schema` output format, its schema checked; `param` names where the client
+    put the format's object."""
     if spec is None or spec.schema_ is None:
-        raise ApiError(
-            400,
-            "response_format json_schema needs json_schema.schema",
-            param="response_format.json_schema",
-        )
+        raise ApiError(400, f"{param} needs a schema", param=param)
     if (problem := schema_problem(spec.schema_)) is not None:
         raise ApiError(
             400,
-            f"response_format schema is not a valid JSON schema: {problem}",
-            param="response_format.json_schema.schema",
+            f"{param}.schema is not a valid JSON schema: {problem}",
+            param=f"{param}.schema",
         )
     return OutputFormat("json_schema", spec.schema_, spec.name, bool(spec.strict))
 

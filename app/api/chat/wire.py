@@ -114,6 +114,11 @@ class ResponseFormat(_Lenient):
     json_schema: JsonSchemaFormat | None = None
 
 
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+"""The efforts a request may ask for (chat's `reasoning_effort`, Responses'
+`reasoning.effort`)."""
+
+
 class ChatCompletionRequest(_Lenient):
     model: str = Field(min_length=1, max_length=256)
     messages: list[ChatMessageIn] = Field(min_length=1)
@@ -135,7 +140,7 @@ class ChatCompletionRequest(_Lenient):
     logit_bias: dict[str, float] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    reasoning_effort: ReasoningEffort | None = None
     service_tier: str | None = None
     metadata: dict[str, str] | None = None
     modalities: list[str] | None = None

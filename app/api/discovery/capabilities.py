@@ -29,7 +29,7 @@ async def capabilities(state: StateDep, _principal: PrincipalDep) -> dict[str, A
             "max_output_tokens": p.max_output_tokens,
             "max_iterations": p.max_iterations,
             "toolsets": list(p.toolsets),
-            "tools": state.chat.tools.names(p.toolsets),
+            "tools": state.tools.names(p.toolsets),
             "terminal_backend": p.terminal_backend,
             "network": p.network,
             "cache_strategy": p.cache_strategy,

@@ -1,1 +1,2 @@
-"""HTTP plumbing all endpoints share: deps, SSE, CORS, body limits, errors, statuses."""
+"""HTTP plumbing all endpoints share: deps, one SSE response with one keepalive loop, CORS,
+body limits, errors, statuses."""

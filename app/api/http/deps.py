@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -54,12 +56,19 @@ def authenticate(request: Request, state: AppState, *scopes: str) -> Principal:
     return principal
 
 
-def turn_slot(state: AppState, principal: Principal) -> TurnSlot:
-    """A running turn's place under the global and per-key caps, or 429."""
+@contextmanager
+def holding_turn_slot(state: AppState, principal: Principal) -> Iterator[TurnSlot]:
+    """A running turn's place under the global and per-key caps (or 429), given back if
+    the turn fails to start; once it starts, the caller binds the slot to its task."""
     try:
-        return state.limits.acquire_turn(principal)
+        slot = state.limits.acquire_turn(principal)
     except LimitExceeded as exc:
         raise limit_error(exc) from None
+    try:
+        yield slot
+    except BaseException:
+        slot.release()
+        raise
 
 
 async def get_principal(request: Request, state: StateDep) -> Principal:

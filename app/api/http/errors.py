@@ -77,12 +77,16 @@ def loc_to_param(loc: Sequence[int | str]) -> str:
     return out
 
 
-def validation_error(exc: ValidationError | Sequence[Any]) -> ApiError:
+def validation_error(exc: ValidationError | Sequence[Any], *, at: str = "") -> ApiError:
+    """The 400 of a model's first error; `at` is where the model sits in the request
+    (`tools[0]`) when it is a part of it."""
     errors = exc.errors() if isinstance(exc, ValidationError) else list(exc)
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
     # Tagged unions add the literal's name to `loc`; drop it so `param` names the field.
     loc = [p for p in first.get("loc", ()) if p not in ("str", "list[ContentPart]")]
-    param = loc_to_param(loc) or None
+    inner = loc_to_param(loc)
+    joined = f"{at}.{inner}" if at and inner and not inner.startswith("[") else at + inner
+    param = joined or None
     message = str(first.get("msg", "invalid request"))
     if param:
         message = f"{param}: {message}"

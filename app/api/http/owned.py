@@ -25,12 +25,12 @@ from app.api.http.deps import ApproverDep, PrincipalDep, ReaderDep, StateDep
 from app.api.http.end_users import end_user_header
 from app.api.http.errors import ApiError
 from app.api.http.statuses import api_error
-from app.api.responses.serving import ResponseNotFound
 from app.api.state import AppState
 from app.db import session_query as q
 from app.db.approval_models import ApprovalRow, GrantRow
 from app.db.models import SessionRow
 from app.db.session_models import ResponseRow
+from app.db.store import Store
 from app.security.principal import Principal
 
 
@@ -38,13 +38,29 @@ def session_not_found(session_id: str) -> ApiError:
     return ApiError(404, f"session '{session_id}' not found", code="session_not_found")
 
 
-def response_not_found(exc: ResponseNotFound) -> ApiError:
-    return ApiError(
-        404,
-        f"response '{exc.response_id}' not found",
-        param=exc.param,
-        code="response_not_found",
-    )
+def visible_response(
+    store: Store,
+    principal: Principal,
+    response_id: str,
+    *,
+    param: str | None = None,
+    end_user: str | None = None,
+) -> ResponseRow:
+    """The stored response if the principal (acting for `end_user`, if named) may see it,
+    else a 404 naming `param` (where the request named the id, if in its body)."""
+    row = q.get_response(store, response_id=response_id)
+    # Another key's response, another session's for a bound token, or another end user's
+    # for a request that names one, answers exactly like a missing one.
+    if (
+        row is None
+        or row.retracted
+        or not principal.may_see(session_id=row.session_id, owner=row.owner)
+        or not _of_end_user(store, row.session_id, end_user)
+    ):
+        raise ApiError(
+            404, f"response '{response_id}' not found", param=param, code="response_not_found"
+        )
+    return row
 
 
 async def named_end_user(request: Request, state: StateDep) -> str | None:
@@ -66,12 +82,12 @@ def _may_see(
     )
 
 
-def _of_end_user(state: AppState, session_id: str | None, end_user: str | None) -> bool:
+def _of_end_user(store: Store, session_id: str | None, end_user: str | None) -> bool:
     """Whether what lives in `session_id` is within the end user the request names (all
     is, when it names none; so is what lives in no session: an `always` grant)."""
     if end_user is None or session_id is None:
         return True
-    session = state.store.get_session(session_id=session_id)
+    session = store.get_session(session_id=session_id)
     return session is not None and session.end_user == end_user
 
 
@@ -143,10 +159,7 @@ async def read_summary(
 async def reachable_response(
     response_id: str, state: StateDep, principal: PrincipalDep, end_user: EndUserDep
 ) -> ResponseRow:
-    try:
-        return state.responses.owned(principal, response_id, end_user=end_user)
-    except ResponseNotFound as exc:
-        raise response_not_found(exc) from None
+    return visible_response(state.store, principal, response_id, end_user=end_user)
 
 
 async def reachable_approval(
@@ -158,7 +171,7 @@ async def reachable_approval(
     if (
         row is None
         or not principal.reaches(row.session_id)
-        or not _of_end_user(state, row.session_id, end_user)
+        or not _of_end_user(state.store, row.session_id, end_user)
     ):
         raise ApiError(404, f"approval '{approval_id}' not found", code="approval_not_found")
     return row
@@ -173,7 +186,7 @@ async def reachable_grant(
     if (
         row is None
         or not principal.reaches(row.session_id)
-        or not _of_end_user(state, row.session_id, end_user)
+        or not _of_end_user(state.store, row.session_id, end_user)
     ):
         raise ApiError(404, f"grant '{grant_id}' not found", code="grant_not_found")
     return row

@@ -1,24 +1,31 @@
-"""A lean Server-Sent Events response: one ASGI send per frame and nothing else per frame.
+"""One Server-Sent Events response and one keepalive loop, for every stream Courier writes.
 
-sse-starlette wraps every send in its own cancel scope (a per-send timeout), runs a task
-group of three watchers per response and polls for shutdown; on a stream of 40 frames
-that is a visible share of a turn's CPU. Here a response costs one watcher task (for
-the client's disconnect) and a frame costs its encoding and one send. Keepalives are
-the frame source's business (`app/api/chat/output.py`'s `sse_frames` writes comment frames),
-so there is no ping task either.
+Chat chunks, Responses events and the `/v1/sessions/{id}/events` replay are the same
+stream underneath: a turn's events, read from its handle, written as frames, with a
+comment line whenever the client has heard nothing for a while (proxies and SDKs drop a
+silent connection). So the loop is written once (`turn_stream`) and each endpoint only
+says what one event looks like on its wire (`TurnFrames`).
 
-The names and the frame encoding match sse-starlette's, so the bytes on the wire are the
-same and the route only swaps an import.
+The response is lean on purpose. sse-starlette, which two of those streams used before,
+wraps every send in its own cancel scope (a per-send timeout), runs a task group of
+three watchers per response and polls for shutdown; on a stream of 40 frames that was a
+visible share of a turn's CPU. Here a response costs one watcher task (for the client's
+disconnect) and a write costs its encoding and one send. Frames encode exactly as
+sse-starlette's did (`\\r\\n` line ends, the same field order), so no client saw a change.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from typing import Protocol, cast
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
+
+from app.agent.events import TurnEvent, TurnFinished
+from app.agent.turns.handle import TurnHandle
 
 SSE_SEP = "\r\n"
 """The line end of every frame Courier encodes (sse-starlette's default, so the bytes on
@@ -27,38 +34,44 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 class ServerSentEvent:
-    """One frame: optional comment, event name and data, each line prefixed per the spec."""
+    """One frame: optional comment, id, event name and data, each line prefixed per the
+    spec, in sse-starlette's order."""
 
-    __slots__ = ("comment", "data", "event", "sep")
+    __slots__ = ("comment", "data", "event", "id")
 
     def __init__(
         self,
         data: str | None = None,
         *,
         event: str | None = None,
+        id: str | None = None,
         comment: str | None = None,
-        sep: str = SSE_SEP,
     ) -> None:
         self.data = data
         self.event = event
+        self.id = id
         self.comment = comment
-        self.sep = sep
 
     def encode(self) -> bytes:
-        sep = self.sep
+        sep = SSE_SEP
         data = self.data
         plain = data is not None and "\n" not in data and "\r" not in data
-        if plain and self.comment is None and self.event is None:
+        if plain and self.comment is None and self.event is None and self.id is None:
             return f"data: {data}{sep}{sep}".encode()  # the common frame
         out: list[str] = []
         if self.comment is not None:
             out += [f": {line}{sep}" for line in _LINE_BREAK.split(self.comment)]
+        if self.id is not None:
+            out.append("id: " + _LINE_BREAK.sub("", self.id) + sep)
         if self.event is not None:
             out.append("event: " + _LINE_BREAK.sub("", self.event) + sep)
-        if self.data is not None:
-            out += [f"data: {line}{sep}" for line in _LINE_BREAK.split(self.data)]
+        if data is not None:
+            out += [f"data: {line}{sep}" for line in _LINE_BREAK.split(data)]
         out.append(sep)
         return "".join(out).encode()
+
+
+KEEPALIVE = ServerSentEvent(comment="keepalive").encode()
 
 
 class FinalFrame(bytes):
@@ -69,7 +82,7 @@ class FinalFrame(bytes):
 
 
 class EventSourceResponse(StreamingResponse):
-    """Streams `content` (frames, or already-encoded bytes) as `text/event-stream`.
+    """Streams `content` (already-encoded frames) as `text/event-stream`.
 
     When the client disconnects, the stream is cancelled at once (not at its next send),
     so a turn waiting on a slow tool learns within a moment that nobody is listening.
@@ -77,16 +90,14 @@ class EventSourceResponse(StreamingResponse):
 
     def __init__(
         self,
-        content: AsyncIterable[ServerSentEvent | bytes],
+        content: AsyncIterable[bytes],
         *,
         status_code: int = 200,
         headers: Mapping[str, str] | None = None,
-        ping: float = 0,
-        sep: str = "\r\n",
     ) -> None:
-        if ping:
-            raise ValueError("no ping task here: the frame source writes its own keepalives")
-        merged = {"Cache-Control": "no-store", **(headers or {})}
+        # `no-cache` and `X-Accel-Buffering: no`: a proxy must neither keep nor hold back
+        # a stream (nginx buffers a response whole unless told not to).
+        merged = {"Cache-Control": "no-cache", **(headers or {})}
         merged["Connection"] = "keep-alive"
         merged["X-Accel-Buffering"] = "no"
         # Starlette's iterator slot is typed for bytes and str; the frames live beside it.
@@ -94,7 +105,6 @@ class EventSourceResponse(StreamingResponse):
             (), status_code=status_code, headers=merged, media_type="text/event-stream"
         )
         self.frames = content
-        self.sep = sep
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
@@ -134,6 +144,117 @@ class EventSourceResponse(StreamingResponse):
             if type(frame) is FinalFrame:
                 await send({"type": "http.response.body", "body": frame, "more_body": False})
                 return
-            body = frame.encode() if isinstance(frame, ServerSentEvent) else frame
-            await send({"type": "http.response.body", "body": body, "more_body": True})
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def opted_in(headers: Mapping[str, str]) -> set[str]:
+    """The progress events a client asked to see on its stream (`X-Courier-Events:
+    tools,approvals`); a client that did not ask gets standard frames only."""
+    return {e.strip() for e in headers.get("x-courier-events", "").lower().split(",")}
+
+
+class TurnFrames(Protocol):
+    """What one endpoint's stream says about a turn: its wire, never its pacing."""
+
+    head: bytes
+    """The stream's first bytes (b"" for none)."""
+    head_waits: bool
+    """True: the head rides with the next bytes, saving a socket send, because it tells
+    the client nothing on its own (chat's role chunk). False: it goes out at once
+    (Responses' `response.created` names the response the client may act on)."""
+
+    def frames(self, event: TurnEvent) -> bytes:
+        """One event's frames (b"" for one this client did not ask to see)."""
+        ...
+
+    async def last(self, event: TurnFinished) -> bytes:
+        """The frames that end the stream; may wait for what the end records."""
+        ...
+
+    def left(self) -> None:
+        """The client went before the end (a closed tab, a voice interruption)."""
+        ...
+
+
+_BEAT = cast(TurnEvent, object())
+"""Queued among a stream's events when a keepalive is due (never a turn's own event)."""
+
+
+class _Keepalive:
+    """Queues `_BEAT` on a stream's queue whenever `every` seconds pass with nothing sent.
+
+    One timer serves the whole stream, moved on only when it fires: a timer per wait
+    (`asyncio.timeout` around each `queue.get`) cost a timer handle, a context manager and
+    a loop lookup on every batch of every stream, about 4 % of the event loop's work."""
+
+    def __init__(self, queue: asyncio.Queue[TurnEvent], every: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._queue, self._every = queue, every
+        self._last = self._loop.time()
+        self._timer = self._loop.call_at(self._last + every, self._due)
+
+    def sent(self) -> None:
+        self._last = self._loop.time()
+
+    def _due(self) -> None:
+        now = self._loop.time()
+        due = self._last + self._every
+        if now >= due:
+            self._queue.put_nowait(_BEAT)
+            due = now + self._every
+        self._timer = self._loop.call_at(due, self._due)
+
+    def stop(self) -> None:
+        self._timer.cancel()
+
+
+async def turn_stream(
+    handle: TurnHandle, frames: TurnFrames, keepalive_s: float, *, after: int = 0
+) -> AsyncIterator[bytes]:
+    """The turn's events after the first `after`, as `frames` writes them, until it ends;
+    a keepalive comment whenever `keepalive_s` pass without a byte.
+
+    Events already queued go out as one write: a socket write per event was the largest
+    single cost of a fast stream, and joining only what is ready never delays a byte. The
+    last write carries the response's end (`FinalFrame`)."""
+    if handle.finished_at is not None and after >= handle.event_count():
+        return  # a replay past the end of a finished turn: waiting would hang the client
+    head: bytes | None = frames.head or None
+    render = frames.frames
+    queue = handle.subscribe(after)
+    beat = _Keepalive(queue, keepalive_s)
+    finished = False
+    try:
+        if head is not None and not frames.head_waits:
+            yield head  # inside: a client gone after the head alone still stops the turn
+            head = None
+        while not finished:
+            event = queue.get_nowait() if not queue.empty() else await queue.get()
+            if event is _BEAT:
+                yield head + KEEPALIVE if head is not None else KEEPALIVE
+                beat.sent()
+                head = None
+                continue
+            out: list[bytes] = [head] if head is not None else []
+            head = None
+            while True:
+                if type(event) is TurnFinished:
+                    out.append(await frames.last(event))
+                    finished = True
+                    break
+                if event is not _BEAT:  # a beat due behind ready events: this write is one
+                    out.append(render(event))
+                if queue.empty():
+                    break
+                event = queue.get_nowait()
+            if finished:
+                yield FinalFrame(b"".join(out))
+            elif body := b"".join(out):
+                yield body
+                beat.sent()  # the consumer asks for more once these are written
+    finally:
+        beat.stop()
+        handle.unsubscribe(queue)
+        if not finished:
+            frames.left()

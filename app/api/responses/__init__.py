@@ -1,1 +1,1 @@
-"""The Responses API (/v1/responses): router, wire models and serving object."""
+"""/v1/responses: router, wire models, translation, rendering, serving object."""

@@ -1,44 +1,49 @@
-"""POST /v1/responses (JSON or SSE), GET/DELETE /v1/responses/{id}, and its input items."""
+"""POST /v1/responses (JSON or SSE), GET/DELETE /v1/responses/{id}, and its input items.
+
+Starting the response is `app/api/responses/serving.py`'s; what the client receives is
+`app/api/responses/render.py`'s, streamed by `app/api/http/sse.py`.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
-from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.agent.events import ToolFinished, ToolStarted, TurnFinished, TurnText
 from app.agent.turns.manager import SessionBusy
-from app.api.chat.output import client_gone
-from app.api.chat.render import error_payload, retry_headers, tool_event_payload
-from app.api.chat.router import retry_of
 from app.api.http import end_users
 from app.api.http.body_limits import load_json_object
-from app.api.http.deps import StateDep, authenticate, read_limited_body, state_of, turn_slot
+from app.api.http.deps import authenticate, holding_turn_slot, read_limited_body, state_of
 from app.api.http.direct import DirectRoute
 from app.api.http.errors import ApiError, validation_error
-from app.api.http.owned import ReachableResponse, response_not_found
-from app.api.http.statuses import turn_error_status
-from app.api.responses.serving import (
-    ResponseNotFound,
-    ResponseRun,
-    ResponsesServing,
-    TokenSessionMismatch,
-)
-from app.api.responses.wire import EventRenderer, ResponseCreateRequest
-from app.api.state import AppState
+from app.api.http.owned import ReachableResponse
+from app.api.http.sse import EventSourceResponse, opted_in, turn_stream
+from app.api.responses.render import ResponseFrames, json_answer
+from app.api.responses.serving import ResponsesServing
+from app.api.responses.wire import ResponseCreateRequest
+from app.api.retries import retry_of
+from app.api.turn_serving import Asked
 from app.security.principal import CHAT
 
 router = APIRouter()
 
+SERVING = "responses_serving"
+"""Where the lifespan puts the serving object on `app.state` (vLLM's habit: one per endpoint)."""
 
-def serving(state: AppState) -> ResponsesServing:
-    return state.responses
+
+def responses_serving(request: Request) -> ResponsesServing:
+    serving: ResponsesServing = getattr(request.app.state, SERVING)
+    return serving
+
+
+async def _serving(request: Request) -> ResponsesServing:
+    return responses_serving(request)
+
+
+ServingDep = Annotated[ResponsesServing, Depends(_serving)]
 
 
 def parse_request(body: bytes) -> ResponseCreateRequest:
@@ -58,101 +63,22 @@ async def create_response(request: Request) -> Response:
     on_behalf = end_users.on_behalf(
         request.headers, state.settings, user=body.user, safety_identifier=body.safety_identifier
     )
-    slot = turn_slot(state, principal)
-    try:
-        run = await serving(state).start(
-            body, principal, retry=retry_of(request, b"responses\n" + raw), on_behalf=on_behalf
-        )
-    except ResponseNotFound as exc:
-        slot.release()
-        raise response_not_found(exc) from None
-    except TokenSessionMismatch:
-        slot.release()
-        raise ApiError(
-            403,
-            "this token is bound to one session; continue it with previous_response_id",
-            code="token_session_mismatch",
-        ) from None
-    except BaseException:
-        slot.release()
-        raise
+    retry = retry_of(request, b"responses\n" + raw)
+    with holding_turn_slot(state, principal) as slot:
+        run = await responses_serving(request).start(body, Asked(principal, on_behalf), retry=retry)
     slot.bind(run.handle.task)
-    headers = {"X-Session-Id": run.shell.session_id} if body.store else {}
-    if ignored := body.ignored_fields():
-        # Named, not silently dropped: the same courtesy the chat route gives.
-        headers["X-Courier-Ignored"] = ", ".join(ignored)
-    if body.stream:
-        opted_in = "tools" in request.headers.get("x-courier-events", "").lower().split(",")
-        return EventSourceResponse(
-            frames(run, state.settings.keepalive_s, tool_events=opted_in),
-            headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            ping=0,
-            sep="\n",
-        )
-    hangup = asyncio.ensure_future(client_gone(request))
-    try:
-        await asyncio.wait({run.done, hangup}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        run.handle.abandon()
-        raise
-    finally:
-        hangup.cancel()
-    if not run.done.done():
-        # The client hung up (an SDK timeout): stop the turn as a stream would; the
-        # recorder still stores the cancelled response.
-        run.handle.abandon()
-        return Response(status_code=499)
-    final, finished = run.done.result()
-    if finished.error is not None and not final["output"]:
-        err = finished.error
-        return JSONResponse(
-            error_payload(err),
-            status_code=turn_error_status(err),
-            headers={**headers, **retry_headers(err)},
-        )
-    run.handle.delivered = True
-    return JSONResponse(final, headers=headers)
+    headers = run.shell.headers()
+    if not body.stream:
+        return await json_answer(request, run.handle, run.done, headers)
+    tools = "tools" in opted_in(request.headers)
+    frames = ResponseFrames(run.shell, run.handle, run.done, tool_events=tools)
+    stream = turn_stream(run.handle, frames, state.settings.keepalive_s)
+    return EventSourceResponse(stream, headers=headers)
 
 
 router.add_api_route(
     "/v1/responses", create_response, methods=["POST"], route_class_override=DirectRoute
 )
-
-
-async def frames(
-    run: ResponseRun, keepalive_s: float, *, tool_events: bool = False
-) -> AsyncIterator[ServerSentEvent]:
-    """The spec's event sequence; `: keepalive` comments while tools run; named
-    `courier.tool` frames only for a client that asked."""
-    renderer = EventRenderer(run.shell)
-    for name, data in renderer.start():
-        yield ServerSentEvent(event=name, data=data)
-    queue = run.handle.subscribe()
-    finished = False
-    try:
-        while True:
-            try:
-                event = await asyncio.wait_for(queue.get(), timeout=keepalive_s)
-            except TimeoutError:
-                yield ServerSentEvent(comment="keepalive")
-                continue
-            if isinstance(event, TurnText):
-                for name, data in renderer.text_delta(event.text):
-                    yield ServerSentEvent(event=name, data=data)
-            elif tool_events and isinstance(event, ToolStarted | ToolFinished):
-                payload = json.dumps(tool_event_payload(event), separators=(",", ":"))
-                yield ServerSentEvent(event="courier.tool", data=payload)
-            elif isinstance(event, TurnFinished):
-                finished = True
-                final, _ = await asyncio.shield(run.done)
-                for name, data in renderer.finish(final):
-                    yield ServerSentEvent(event=name, data=data)
-                run.handle.delivered = True
-                return
-    finally:
-        run.handle.unsubscribe(queue)
-        if not finished:
-            run.handle.abandon()
 
 
 @router.get("/v1/responses/{response_id}")
@@ -161,9 +87,9 @@ async def get_response(row: ReachableResponse) -> Any:
 
 
 @router.delete("/v1/responses/{response_id}")
-async def delete_response(row: ReachableResponse, state: StateDep) -> Any:
+async def delete_response(row: ReachableResponse, serving: ServingDep) -> Any:
     try:
-        serving(state).retract(row)
+        serving.retract(row)
     except SessionBusy:
         raise ApiError(
             409, "a turn is running on this response's session", code="session_busy"

@@ -1,5 +1,5 @@
-"""The Responses API serving object: a Responses request in, a running turn on the chat
-serving path out, and the stored Response object once the turn ends.
+"""The Responses API serving object: a Responses request in, a running turn out (started as
+a chat turn is, `app/api/turn_serving.py`), and the stored Response object once it ends.
 
 `previous_response_id` is a session continuation by another name: the response row maps
 to its session. Continuing from an older response than the session's newest would
@@ -15,29 +15,25 @@ import json
 import logging
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
 from app.agent.events import ClientToolCalls, TurnFinished, TurnText
 from app.agent.turns.handle import TurnHandle
 from app.agent.turns.manager import IDEMPOTENCY_TTL_S, RETRY_WINDOW_S, SessionBusy
 from app.api.chat.render import usage_out
-from app.api.chat.serving import ChatServing, Retry
-from app.api.chat.wire import ChatCompletionRequest
-from app.api.http.end_users import OnBehalf
-from app.api.http.errors import ApiError, validation_error
-from app.api.responses.wire import (
-    ResponseCreateRequest,
+from app.api.http.errors import ApiError
+from app.api.http.owned import visible_response
+from app.api.responses.render import (
+    Recording,
     ResponseShell,
-    chat_body,
-    check_supported,
-    input_messages,
-    new_id,
     output_items,
     response_error,
     response_usage,
     status_of,
 )
+from app.api.responses.translate import translate
+from app.api.responses.wire import ResponseCreateRequest, new_id
+from app.api.retries import Retry
 from app.api.sessions.service import SessionService
+from app.api.turn_serving import Asked, TurnServing
 from app.db import session_query as q
 from app.db.session_models import ResponseRow
 from app.providers.base import ToolCall
@@ -55,84 +51,35 @@ RUN_GRACE_S = max(IDEMPOTENCY_TTL_S, RETRY_WINDOW_S)
 class ResponseRun:
     shell: ResponseShell
     handle: TurnHandle
-    done: asyncio.Task[tuple[dict[str, object], TurnFinished]]
-    """The final Response body and how the turn ended."""
-
-
-class TokenSessionMismatch(Exception):
-    """The caller's token is bound to a session this response would not continue."""
-
-
-class ResponseNotFound(Exception):
-    """No such response for this caller (another key's answers the same: no oracle)."""
-
-    def __init__(self, response_id: str, param: str | None = None) -> None:
-        super().__init__(response_id)
-        self.response_id = response_id
-        self.param = param
+    done: Recording
+    """The final Response body and how the turn ended, once recorded."""
 
 
 class ResponsesServing:
-    def __init__(self, *, chat: ChatServing, sessions: SessionService) -> None:
-        self.chat = chat
+    def __init__(self, *, turn_serving: TurnServing, sessions: SessionService) -> None:
+        self.turn_serving = turn_serving
         self.sessions = sessions
-        self.store = chat.store
+        self.store = turn_serving.store
         self._runs: dict[str, ResponseRun] = {}
         """Running responses by turn id: a retried request reattaches to its twin's turn
         and must get the same response, not a second record of one turn."""
 
-    def owned(
-        self,
-        principal: Principal,
-        response_id: str,
-        param: str | None = None,
-        *,
-        end_user: str | None = None,
-    ) -> ResponseRow:
-        row = q.get_response(self.store, response_id=response_id)
-        # Another key's response, another session's for a bound token, or another end
-        # user's for a request that names one, answers exactly like a missing one.
-        if (
-            row is None
-            or row.retracted
-            or not principal.may_see(session_id=row.session_id, owner=row.owner)
-        ):
-            raise ResponseNotFound(response_id, param)
-        if end_user is not None:
-            session = self.store.get_session(session_id=row.session_id)
-            if session is None or session.end_user != end_user:
-                raise ResponseNotFound(response_id, param)
-        return row
-
     async def start(
-        self,
-        request: ResponseCreateRequest,
-        principal: Principal,
-        *,
-        retry: Retry,
-        on_behalf: OnBehalf,
+        self, request: ResponseCreateRequest, asked: Asked, *, retry: Retry
     ) -> ResponseRun:
-        check_supported(request)
+        translated = translate(request)  # every 400 before a session is forked
         if ignored := request.ignored_fields():
             log.info("responses: ignoring unsupported request fields: %s", ", ".join(ignored))
-        translated = input_messages(request)
-        session_id = self._continued_session(request, principal, on_behalf.end_user)
+        session_id = self._continued_session(request, asked)
         first = q.max_message_id(self.store, session_id=session_id) + 1 if session_id else 0
-        try:
-            chat = ChatCompletionRequest.model_validate(chat_body(request, translated.messages))
-        except ValidationError as exc:
-            raise validation_error(exc) from None
-        try:
-            started = await self.chat.start(
-                chat, principal, session_id, retry=retry, on_behalf=on_behalf
-            )
-        except ApiError as exc:
-            # The chat path names its own fields; a Responses client sent `input`.
-            if exc.param and exc.param.startswith("messages"):
-                exc.param = "input"
-            elif exc.param == "session_id":
-                exc.param = "previous_response_id"
-            raise
+        started = await self.turn_serving.start(
+            asked,
+            retry,
+            model=request.model,
+            translate=lambda profile: translated.turn_request(
+                asked, session_id=session_id, profile=profile
+            ),
+        )
         if (seen := self._runs.get(started.handle.turn_id)) is not None:
             return seen
         shell = ResponseShell(
@@ -143,7 +90,11 @@ class ResponsesServing:
         )
         done = asyncio.create_task(
             self._record(
-                shell, started.handle, items=translated.items, first=first, principal=principal
+                shell,
+                started.handle,
+                items=translated.items,
+                first=first,
+                principal=asked.principal,
             )
         )
         run = ResponseRun(shell=shell, handle=started.handle, done=done)
@@ -157,23 +108,26 @@ class ResponsesServing:
         )
         return run
 
-    def _continued_session(
-        self, request: ResponseCreateRequest, principal: Principal, end_user: str | None
-    ) -> str | None:
+    def _continued_session(self, request: ResponseCreateRequest, asked: Asked) -> str | None:
+        principal = asked.principal
         if request.previous_response_id is None:
             if principal.session_id is not None:
-                raise TokenSessionMismatch(principal.session_id)  # it would start a session
+                raise _token_session_mismatch()  # it would start a session
             return None
         # Another end user's answer is missing for this one (and never forked for it).
-        previous = self.owned(
-            principal, request.previous_response_id, "previous_response_id", end_user=end_user
+        previous = visible_response(
+            self.store,
+            principal,
+            request.previous_response_id,
+            param="previous_response_id",
+            end_user=asked.on_behalf.end_user,
         )
         latest = q.latest_response(self.store, session_id=previous.session_id)
         if latest is None or latest.id == previous.id:
             return previous.session_id
         if principal.session_id is not None:
             # Refused before the fork is made: the fork would be a session it may not use.
-            raise TokenSessionMismatch(principal.session_id)
+            raise _token_session_mismatch()
         source = self.store.get_session(session_id=previous.session_id)
         assert source is not None
         forked = self.sessions.fork(source, message_id=previous.last_message_id)
@@ -244,7 +198,7 @@ class ResponsesServing:
     def _forget(self, session_id: str, *, first: int, last: int, whole: bool) -> None:
         """`store: false`: keep nothing of this exchange beyond the usage ledger."""
         try:
-            lease = self.chat.turns.new_lease(session_id)
+            lease = self.turn_serving.turns.new_lease(session_id)
         except SessionBusy:
             log.warning("responses: session %s busy; store=false rows kept", session_id)
             return
@@ -261,7 +215,7 @@ class ResponsesServing:
     def retract(self, row: ResponseRow) -> None:
         """Take the response's rows out of the session's live view; nothing is deleted.
         Raises `SessionBusy` while a turn runs on the session."""
-        lease = self.chat.turns.new_lease(row.session_id)
+        lease = self.turn_serving.turns.new_lease(row.session_id)
         try:
             q.retract_messages(
                 self.store,
@@ -273,3 +227,12 @@ class ResponsesServing:
             q.mark_response_retracted(self.store, response_id=row.id)
         finally:
             self.store.release_lease(session_id=row.session_id, lease=lease)
+
+
+def _token_session_mismatch() -> ApiError:
+    """The caller's token is bound to a session this response would not continue."""
+    return ApiError(
+        403,
+        "this token is bound to one session; continue it with previous_response_id",
+        code="token_session_mismatch",
+    )

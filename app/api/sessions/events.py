@@ -2,11 +2,13 @@
 
 The chat stream speaks OpenAI chunks and cannot carry a sequence number without breaking
 strict SDKs; this shape can, so a client that dropped reattaches with `after=N` and gets
-exactly the events it missed.
+exactly the events it missed. Each event is a frame with its sequence number as the SSE
+`id` and its type as the event name (`ReplayFrames`, streamed by `app/api/http/sse.py`).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, assert_never
 
 from app.agent.events import (
@@ -26,6 +28,7 @@ from app.api.chat.render import (
     tool_event_payload,
     usage_out,
 )
+from app.api.http.sse import ServerSentEvent
 
 
 def event_payload(seq: int, turn_id: str, event: TurnEvent) -> dict[str, Any]:
@@ -53,3 +56,27 @@ def event_payload(seq: int, turn_id: str, event: TurnEvent) -> dict[str, Any]:
         case _:
             assert_never(event)
     return body
+
+
+class ReplayFrames:
+    """A turn's events after `after` as numbered JSON frames (`app/api/http/sse.py`'s
+    `TurnFrames`). Watching never stops the turn: this is not the turn's client."""
+
+    head = b""
+    head_waits = False
+
+    def __init__(self, turn_id: str, after: int) -> None:
+        self.turn_id = turn_id
+        self.seq = after
+
+    def frames(self, event: TurnEvent) -> bytes:
+        self.seq += 1
+        payload = event_payload(self.seq, self.turn_id, event)
+        frame = ServerSentEvent(data=json.dumps(payload), id=str(self.seq), event=payload["type"])
+        return frame.encode()
+
+    async def last(self, event: TurnFinished) -> bytes:
+        return self.frames(event)
+
+    def left(self) -> None:
+        pass

@@ -33,7 +33,7 @@ EndUserQuery = Annotated[str | None, Query(max_length=MAX_CHARS)]
 
 def session_json(state: AppState, summary: q.SessionSummary) -> dict[str, Any]:
     s: SessionRow = summary.session
-    report = cost_report(summary.calls, profile_pricer(state.chat.profiles.by_name), buckets=False)
+    report = cost_report(summary.calls, profile_pricer(state.profiles.by_name), buckets=False)
     return {
         "id": s.id,
         "object": "courier.session",
@@ -51,7 +51,9 @@ def session_json(state: AppState, summary: q.SessionSummary) -> dict[str, Any]:
 
 
 def _service(state: AppState) -> SessionService:
-    return SessionService(store=state.store, chat=state.chat, turns=state.turns)
+    return SessionService(
+        store=state.store, profiles=state.profiles, setup=state.setup, turns=state.turns
+    )
 
 
 @router.get("/v1/sessions")
@@ -261,7 +263,7 @@ async def delete_session(
 
 @router.get("/v1/sessions/{session_id}/cost")
 async def session_cost(summary: ReadSummary, state: StateDep) -> dict[str, Any]:
-    pricer = profile_pricer(state.chat.profiles.by_name)
+    pricer = profile_pricer(state.profiles.by_name)
     report = await asyncio.to_thread(cost_report, summary.calls, pricer)
     return {"object": "courier.session_cost", "session_id": summary.session.id, **report.as_json()}
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from app.agent.context.context_files import workspace_key
 from app.agent.opening.lifecycle import new_session_id
+from app.agent.opening.profiles import Profiles
+from app.agent.opening.session_setup import SessionSetup
 from app.agent.refusals import ProfileGone, SessionBusy
 from app.agent.turns.manager import TurnManager
-from app.api.chat.serving import ChatServing
 from app.db import session_query as q
 from app.db.chat_store import put_images, session_images
 from app.db.context_store import copy_context_rows
@@ -51,13 +52,16 @@ def _copy(row: MessageRow) -> NewMessage:
 
 
 class SessionService:
-    def __init__(self, *, store: Store, chat: ChatServing, turns: TurnManager) -> None:
+    def __init__(
+        self, *, store: Store, profiles: Profiles, setup: SessionSetup, turns: TurnManager
+    ) -> None:
         self.store = store
-        self.chat = chat
+        self.profiles = profiles
+        self.setup = setup
         self.turns = turns
 
     def private_workspace(self, session: SessionRow) -> bool:
-        profile = self.chat.profiles.get(session.profile)
+        profile = self.profiles.get(session.profile)
         return profile is not None and profile.workspace is None
 
     def fork(self, source: SessionRow, *, message_id: int | None) -> Forked:
@@ -67,7 +71,7 @@ class SessionService:
         An assistant tool call cut off from its results is closed by the next turn's
         interrupted-call repair, so any live message is a valid fork point.
         """
-        profile = self.chat.profiles.get(source.profile)
+        profile = self.profiles.get(source.profile)
         if profile is None:
             raise ProfileGone(source.profile)
         upto = (
@@ -81,9 +85,9 @@ class SessionService:
         new_id = new_session_id()
         copied = False
         if profile.workspace is None:
-            src = self.chat.setup.private_workspace(source.id)
+            src = self.setup.private_workspace(source.id)
             if src.is_dir():
-                dst = self.chat.setup.private_workspace(new_id)
+                dst = self.setup.private_workspace(new_id)
                 # symlinks=True: following a link the agent planted would copy files from
                 # outside the workspace into the fork.
                 shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
@@ -91,7 +95,7 @@ class SessionService:
                 copy_context_rows(self.store, source=workspace_key(src), target=workspace_key(dst))
                 copied = True
         instructions = json.loads(source.client_instructions)
-        prompt = self.chat.setup.prompt(
+        prompt = self.setup.prompt(
             profile,
             session_id=new_id,
             owner=source.owner,
@@ -122,7 +126,7 @@ class SessionService:
             if purge:
                 q.purge_session(self.store, session_id=session.id)
                 if self.private_workspace(session):
-                    path = self.chat.setup.private_workspace(session.id)
+                    path = self.setup.private_workspace(session.id)
                     shutil.rmtree(path, ignore_errors=True)
             else:
                 q.retract_session(self.store, session_id=session.id)

@@ -9,19 +9,16 @@ events after sequence number N and follows it live, so a client that dropped los
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.agent.events import TurnFinished
 from app.agent.turns.handle import TurnHandle
 from app.api.http.deps import StateDep
 from app.api.http.errors import ApiError
 from app.api.http.owned import ChatSession
-from app.api.sessions.events import event_payload
+from app.api.http.sse import EventSourceResponse, turn_stream
+from app.api.sessions.events import ReplayFrames
 from app.api.state import AppState
 from app.db.turn_store import TurnSummary, session_turns
 
@@ -112,6 +109,8 @@ async def turn_events(
     state: StateDep,
     after: Annotated[int, Query(ge=0)] = 0,
 ) -> EventSourceResponse:
+    """Events after `after` (the SSE `id` is the sequence number), then the live ones;
+    ends after `finished`."""
     handle = state.turns.latest_for(session.id)
     if handle is None:
         raise ApiError(
@@ -119,32 +118,5 @@ async def turn_events(
             f"session '{session.id}' has no turn this server still holds events for",
             code="turn_not_found",
         )
-    return EventSourceResponse(
-        _frames(handle, after, state.settings.keepalive_s),
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        ping=0,
-        sep="\n",
-    )
-
-
-async def _frames(handle: TurnHandle, after: int, keepalive_s: float) -> AsyncIterator[Any]:
-    """Events after `after` (the SSE `id` is the sequence number), then the live ones;
-    ends after `finished`. Watching never stops the turn: it is not the turn's client."""
-    if handle.finished_at is not None and after >= handle.event_count():
-        return  # nothing missed and nothing more to come: waiting would hang the client
-    queue = handle.subscribe(after)
-    seq = after
-    try:
-        while True:
-            try:
-                event = await asyncio.wait_for(queue.get(), timeout=keepalive_s)
-            except TimeoutError:
-                yield ServerSentEvent(comment="keepalive")
-                continue
-            seq += 1
-            payload = event_payload(seq, handle.turn_id, event)
-            yield ServerSentEvent(data=json.dumps(payload), id=str(seq), event=payload["type"])
-            if isinstance(event, TurnFinished):
-                return
-    finally:
-        handle.unsubscribe(queue)
+    frames = ReplayFrames(handle.turn_id, after)
+    return EventSourceResponse(turn_stream(handle, frames, state.settings.keepalive_s, after=after))
