@@ -11,21 +11,18 @@ import shutil
 import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
+from tests.support.held import error_code, held_then
 from tests.support.paths import REPO
 from tests.support.server import Server, ServerFactory, free_port
 from tests.support.sim import Simulator
 
 CAP = 3
-HOLD = {"reply": {"text": "late"}, "fault": {"delay_ms": 120_000}}
-QUICK = {"reply": {"text": "quick"}}
 DEPLOY = REPO / "deploy"
 
 
@@ -34,47 +31,6 @@ def proxied(module_servers: ServerFactory) -> Server:
     return module_servers(
         COURIER_TRUSTED_PROXIES="127.0.0.1,::1", COURIER_MAX_CONNECTIONS_PER_IP=str(CAP)
     )
-
-
-async def _post(client: httpx.AsyncClient, url: str, **headers: str) -> httpx.Response:
-    # Each its own words: an identical body would be taken for a retry of the first.
-    words = f"hi {uuid.uuid4()}"
-    body = {"model": "courier", "stream": True, "messages": [{"role": "user", "content": words}]}
-    response = await client.post(url, json=body, headers=headers, timeout=60)
-    await response.aclose()
-    return response
-
-
-async def _held_then(
-    sim: Simulator,
-    url: str,
-    auth: dict[str, str],
-    *,
-    held: list[tuple[httpx.AsyncClient, dict[str, str]]],
-    probes: list[tuple[httpx.AsyncClient, dict[str, str]]],
-) -> list[httpx.Response]:
-    """Start `held` requests, wait until the simulator has them all (each is then in
-    flight inside Courier), send `probes` one by one, and return the probes' responses."""
-    sim.script([HOLD] * len(held) + [QUICK] * len(probes))
-    waiting = [asyncio.create_task(_post(c, url, **auth, **h)) for c, h in held]
-    try:
-        for _ in range(300):
-            if len(sim.requests()) >= len(held):
-                break
-            await asyncio.sleep(0.05)
-        assert len(sim.requests()) == len(held), "the held requests never reached the upstream"
-        return [await _post(c, url, **auth, **h) for c, h in probes]
-    finally:
-        for task in waiting:
-            task.cancel()
-        await asyncio.gather(*waiting, return_exceptions=True)
-
-
-def _code(response: httpx.Response) -> str | None:
-    if response.status_code == 200:
-        return None
-    error: dict[str, Any] = response.json()["error"]
-    return str(error["code"])
 
 
 def test_behind_a_trusted_proxy_each_client_is_counted_alone(
@@ -87,7 +43,7 @@ def test_behind_a_trusted_proxy_each_client_is_counted_alone(
         # which the connection guard would cut were the proxy not trusted.
         clients = [httpx.AsyncClient(trust_env=False) for _ in range(CAP + 2)]
         try:
-            return await _held_then(
+            return await held_then(
                 sim,
                 url,
                 proxied.headers(),
@@ -102,8 +58,8 @@ def test_behind_a_trusted_proxy_each_client_is_counted_alone(
             await asyncio.gather(*(c.aclose() for c in clients))
 
     refused, passed = asyncio.run(scenario())
-    assert _code(refused) == "too_many_connections" and refused.headers["retry-after"] == "1"
-    assert _code(passed) is None and "quick" in passed.text
+    assert error_code(refused) == "too_many_connections" and refused.headers["retry-after"] == "1"
+    assert error_code(passed) is None and "quick" in passed.text
 
 
 def test_an_untrusted_peer_is_counted_by_its_address_whatever_it_forwards(
@@ -202,7 +158,7 @@ def test_the_shipped_nginx_config_makes_each_client_count_alone(
         near = [client("127.0.0.2") for _ in range(CAP + 1)]
         far = client("127.0.0.3")
         try:
-            return await _held_then(
+            return await held_then(
                 sim,
                 url,
                 proxied.headers(),
@@ -217,5 +173,5 @@ def test_the_shipped_nginx_config_makes_each_client_count_alone(
             await asyncio.gather(*(c.aclose() for c in [*near, far]))
 
     refused, passed = asyncio.run(scenario())
-    assert _code(refused) == "too_many_connections"
-    assert _code(passed) is None and "quick" in passed.text
+    assert error_code(refused) == "too_many_connections"
+    assert error_code(passed) is None and "quick" in passed.text
