@@ -198,7 +198,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         started_at=int(time.time()),
         metrics=metrics,
         approvals=approvals,
-        limits=Limits(max_concurrent_turns=settings.max_concurrent_turns),
+        limits=Limits(
+            max_concurrent_turns=settings.max_concurrent_turns,
+            max_turns_per_end_user=settings.max_turns_per_end_user,
+        ),
     )
     install_endpoints(app, turn_serving)
     if settings.metrics_port:

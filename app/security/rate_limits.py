@@ -35,8 +35,8 @@ class TurnSlot:
 
     limits: Limits
     principal: str
-    end_user: str = ""
-    """The app's end user the turn runs for ("" for none: not counted per end user)."""
+    end_user: str | None = None
+    """The app's end user the turn runs for (None: not counted per end user)."""
     released: bool = False
 
     def release(self) -> None:
@@ -89,7 +89,7 @@ class Limits:
             )
         seen.append(now)
 
-    def acquire_turn(self, principal: Principal, *, end_user: str = "") -> TurnSlot:
+    def acquire_turn(self, principal: Principal, *, end_user: str | None = None) -> TurnSlot:
         """A place under the global, per-key and (for a named end user) per-end-user caps."""
         if self._total >= self.max_concurrent_turns:
             raise LimitExceeded(
@@ -105,7 +105,7 @@ class Limits:
                 TURN_RETRY_AFTER_S,
                 "concurrent_turn_limit",
             )
-        person = (principal.owner, end_user)
+        person = (principal.owner, end_user or "")
         theirs = self._end_users.get(person, 0)
         per_person = self.max_turns_per_end_user
         if end_user and per_person is not None and theirs >= per_person:
@@ -120,7 +120,7 @@ class Limits:
         self._total += 1
         return TurnSlot(self, principal.owner, end_user)
 
-    def _release(self, owner: str, end_user: str) -> None:
+    def _release(self, owner: str, end_user: str | None) -> None:
         self._total = max(0, self._total - 1)
         _count_down(self._turns, owner)
         if end_user:
