@@ -481,7 +481,8 @@ class Settings(BaseSettings):
     max_turns_per_end_user: int | None = Field(default=32, ge=1)
     """Turns one end user of a key (`X-Courier-End-User`, `end_user_headers`, the body's
     `user`) may run at once: an app's users share its key, and one of them must not take
-    every turn. Requests naming no end user are not counted; None = no such cap."""
+    every turn. Requests naming no end user are not counted; an app that sends one
+    constant `user` for everyone is one end user, and should raise this."""
     max_concurrent_tools: int | None = Field(default=None, ge=1)
     """Process-spawning tool calls (terminal) running at once across all turns; more wait
     in arrival order. Unset: by the machine, max(2, min(2 x CPUs, memory // tool memory))."""
