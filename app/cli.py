@@ -36,6 +36,7 @@ def _serve(_args: argparse.Namespace) -> int:
     from app.api.http.forwarded import ForwardedClients, TrustedProxies
     from app.main import create_app
     from app.observe import logs
+    from app.ops.open_files import needed_for, raise_open_files
     from app.tools.plugins import PluginError, load_plugin_tools
 
     try:
@@ -44,6 +45,7 @@ def _serve(_args: argparse.Namespace) -> int:
         print(f"courier: {exc}", file=sys.stderr)
         return 2
     logs.configure(settings.log_level, settings.log_format)
+    raise_open_files(needed_for(settings.max_concurrent_turns))
     trusted = TrustedProxies(settings.trusted_proxies, settings.trusted_proxy_header)
     limits = ConnectionLimits(
         header_timeout_s=settings.http_header_timeout_s,
