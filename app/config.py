@@ -478,7 +478,7 @@ class Settings(BaseSettings):
     fallback: Annotated[tuple[str, ...], NoDecode] = ()
     """Default profile: fallback profile names, a JSON list or comma-separated."""
 
-    max_turns_per_end_user: int | None = Field(default=32, ge=1)
+    max_turns_per_end_user: int = Field(default=32, ge=1)
     """Turns one end user of a key (`X-Courier-End-User`, `end_user_headers`, the body's
     `user`) may run at once: an app's users share its key, and one of them must not take
     every turn. Requests naming no end user are not counted; an app that sends one
