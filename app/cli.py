@@ -37,10 +37,13 @@ def _serve(_args: argparse.Namespace) -> int:
         return 3
 
     import uvicorn
+    from starlette.types import ASGIApp
 
     from app.api.http.connection_guard import ConnectionLimits, guarded_httptools_protocol
+    from app.api.http.forwarded import ForwardedClients, TrustedProxies
     from app.main import create_app
     from app.observe import logs
+    from app.ops.open_files import needed_for, raise_open_files
     from app.tools.plugins import PluginError, load_plugin_tools
 
     try:
@@ -49,12 +52,15 @@ def _serve(_args: argparse.Namespace) -> int:
         print(f"courier: {exc}", file=sys.stderr)
         return 2
     logs.configure(settings.log_level, settings.log_format)
+    raise_open_files(needed_for(settings.max_concurrent_turns))
+    trusted = TrustedProxies(settings.trusted_proxies, settings.trusted_proxy_header)
     limits = ConnectionLimits(
         header_timeout_s=settings.http_header_timeout_s,
         body_timeout_s=settings.http_body_timeout_s,
         max_per_ip=settings.max_connections_per_ip,
         max_header_bytes=settings.max_header_bytes,
         max_header_fields=settings.max_header_fields,
+        trusted=trusted,
     )
     # httpx logs every upstream request at INFO: a formatted line per call on the event
     # loop that the per-turn line (`courier.turn`) already covers.
@@ -62,9 +68,16 @@ def _serve(_args: argparse.Namespace) -> int:
     from app.ops.drain import DrainingServer
 
     app = create_app(settings)
+    served: ASGIApp = app
+    if settings.trusted_proxies:
+        served = ForwardedClients(app, trusted, max_per_ip=settings.max_connections_per_ip)
     config = uvicorn.Config(
-        app,
+        served,
         http=guarded_httptools_protocol(limits),
+        # Forwarding headers are app/api/http/forwarded.py's, from COURIER_TRUSTED_PROXIES
+        # only: uvicorn's own reader trusts 127.0.0.1 unasked and FORWARDED_ALLOW_IPS from
+        # the environment at any time.
+        proxy_headers=False,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),

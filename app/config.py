@@ -13,6 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 from decimal import Decimal
+from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -384,8 +385,17 @@ class Settings(BaseSettings):
     """Seconds a client has to send a complete request head before it is disconnected."""
     http_body_timeout_s: float = Field(default=60.0, gt=0)
     """Seconds a client has to send the whole request body after its head."""
-    max_connections_per_ip: int = Field(default=64, ge=0)
-    """Open connections per peer address (0 = unlimited, e.g. behind a reverse proxy)."""
+    max_connections_per_ip: int = Field(default=256, ge=0)
+    """Open connections per client address (0 = unlimited). Behind a proxy named in
+    `trusted_proxies`, the forwarded client's requests in flight are what is counted."""
+    trusted_proxies: Annotated[tuple[IPv4Network | IPv6Network, ...], NoDecode] = ()
+    """Addresses or networks (CIDR) of reverse proxies whose forwarding header names the
+    client; comma-separated or a JSON list. Empty: every header is ignored and the peer is
+    the client. A malformed entry refuses the start."""
+    trusted_proxy_header: Literal["x-forwarded-for", "forwarded"] = "x-forwarded-for"
+    """The one header the trusted proxies set: `X-Forwarded-For` or RFC 7239 `Forwarded`.
+    The other is ignored, since a proxy passes on a header it does not set as the client
+    wrote it."""
     max_header_bytes: int = Field(default=64 * 1024, ge=1024)
     """A request line and header block past this many bytes is answered 431 and closed."""
     max_header_fields: int = Field(default=100, ge=8)
@@ -471,6 +481,14 @@ class Settings(BaseSettings):
     fallback: Annotated[tuple[str, ...], NoDecode] = ()
     """Default profile: fallback profile names, a JSON list or comma-separated."""
 
+    max_turns_per_end_user: int = Field(default=32, ge=1)
+    """Turns one end user of a key (`X-Courier-End-User`, `end_user_headers`, the body's
+    `user`) may run at once: an app's users share its key, and one of them must not take
+    every turn. Requests naming no end user are not counted; an app that sends one
+    constant `user` for everyone is one end user, and should raise this."""
+    max_concurrent_tools: int | None = Field(default=None, ge=1)
+    """Process-spawning tool calls (terminal) running at once across all turns; more wait
+    in arrival order. Unset: by the machine, max(2, min(2 x CPUs, memory // tool memory))."""
     tool_plugins: str = ""
     """Comma-separated `module:attribute` names of extra tools, imported once at startup."""
     mcp_config: Path | None = None
@@ -500,8 +518,10 @@ class Settings(BaseSettings):
     approvals_unattended: Literal["ask", "deny", "allow"] = "ask"
     keys: tuple[KeyConfig, ...] = ()
     """Extra API keys from `[[keys]]`: name, scopes, limits, caps."""
-    max_concurrent_turns: int = Field(default=10, ge=1)
-    """Turns running at once across all principals; more get 429 with Retry-After."""
+    max_concurrent_turns: int = Field(default=1024, ge=1)
+    """Turns running at once across all principals; more get 429 with Retry-After. A text
+    turn costs a stream and a socket, not a process: the default lets 1,000 streams run.
+    What consumes the machine (tool processes) has its own cap."""
     replay_memory_mb: int = Field(default=64, ge=1)
     """Memory for finished turns kept for replays (`/events`, a retry that reattaches);
     past it the oldest are forgotten (app/agent/turns/finished.py)."""
@@ -544,12 +564,15 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _list(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            return tuple(part.strip() for part in text.split(",") if part.strip())
-        return value
+        return _split_list(value)
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _networks(cls, value: Any) -> Any:
+        value = _split_list(value)
+        if not isinstance(value, list | tuple):
+            return value
+        return tuple(trusted_network(str(entry)) for entry in value)
 
     @field_validator("cors_origins")
     @classmethod
@@ -683,6 +706,35 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _split_list(value: Any) -> Any:
+    """A list setting from the environment: a JSON list or a comma-separated string."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+    return value
+
+
+def trusted_network(entry: str) -> IPv4Network | IPv6Network:
+    """One `COURIER_TRUSTED_PROXIES` entry as a network, or a ValueError naming the mistake.
+
+    Strict on purpose: `10.0.0.1/24` (host bits set) is refused rather than widened to the
+    /24 a typo may not have meant, and a /0 is refused outright, since trusting every
+    address lets any client write the address the per-IP limit counts."""
+    text = entry.strip()
+    try:
+        network = ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        raise ValueError(f"trusted proxy {text!r} is not an IP address or network: {exc}") from None
+    if network.prefixlen == 0:
+        raise ValueError(
+            f"trusted proxy {text!r} trusts every address, so any client could choose the "
+            "address it is counted as; name the proxy's own addresses"
+        )
+    return network
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -65,6 +65,7 @@ from app.security.outbound import OutboundScan
 from app.security.rate_limits import Limits
 from app.security.redact import install as install_redaction
 from app.tools.builtin import builtin_tools
+from app.tools.capacity import ToolSlots, machine_slots
 from app.tools.mcp.config import configured
 from app.tools.plugins import load_plugin_tools
 from app.tools.registry import ToolRegistry
@@ -196,7 +197,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # Probed now rather than at the first command, so the startup log already says whether
     # the terminal tool is offered and, if not, why (a container without the options).
     await asyncio.to_thread(sandbox_status)
-    tools = ToolRegistry([*builtin_tools(), *load_plugin_tools(settings.tool_plugin_specs())])
+    tools = _tool_registry(settings, metrics)
     app.state.mcp = await start_mcp(settings, tools, metrics)
     auth = build_authenticator(settings)
     approvals = build_gate(settings, store, auth)
@@ -222,7 +223,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         started_at=int(time.time()),
         metrics=metrics,
         approvals=approvals,
-        limits=Limits(max_concurrent_turns=settings.max_concurrent_turns),
+        limits=Limits(
+            max_concurrent_turns=settings.max_concurrent_turns,
+            max_turns_per_end_user=settings.max_turns_per_end_user,
+        ),
     )
     install_endpoints(app, turn_serving)
     if settings.metrics_port:
@@ -244,6 +248,16 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await clients.aclose()
         store.close()
         shutdown_worker()
+
+
+def _tool_registry(settings: Settings, metrics: Metrics) -> ToolRegistry:
+    """Every tool, sharing the machine's tool slots: process-spawning calls past them wait."""
+    limit = settings.max_concurrent_tools or machine_slots(settings.tool_memory_bytes)
+    slots = ToolSlots(
+        limit, on_busy=metrics.tool_slots_busy.set, on_waited=metrics.tool_queue_seconds.observe
+    )
+    plugins = load_plugin_tools(settings.tool_plugin_specs())
+    return ToolRegistry([*builtin_tools(), *plugins], slots=slots)
 
 
 async def _api_error(_request: Request, exc: Exception) -> JSONResponse:

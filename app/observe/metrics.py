@@ -100,6 +100,15 @@ class Metrics:
             "courier_turns", "Turns by exit reason", ["profile", "exit_reason"], registry=r
         )
         self.in_flight = Gauge("courier_turns_in_flight", "Turns running now", registry=r)
+        self.tool_slots_busy = Gauge(
+            "courier_tool_slots_busy", "Process-spawning tool calls running now", registry=r
+        )
+        self.tool_queue_seconds = Histogram(
+            "courier_tool_queue_seconds",
+            "Time a process-spawning tool call waited for a slot",
+            buckets=(0.001, 0.01, 0.1, *_LATENCY_BUCKETS[2:]),
+            registry=r,
+        )
         self.db_commits = Counter("courier_db_commits", "Committed transactions", registry=r)
         self.db_statements = Counter("courier_db_statements", "SQL statements executed", registry=r)
         self.db_loop_commits = Counter(

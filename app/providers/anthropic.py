@@ -256,16 +256,21 @@ def _message_blocks(message: Message, ttl: str) -> bytes:
     return orjson.dumps(blocks)[1:-1] if blocks else b""
 
 
-def _fragment_key(request: ModelRequest) -> tuple[str | int, str]:
+def _fragment_key(request: ModelRequest, scan: OutboundScan) -> tuple[str | int, str, int]:
     """Which earlier call's encodings this one is compared with: the session's, else the
-    conversation's with the same first message object."""
+    conversation's with the same first message object; and which scan searched them (under
+    another, they were not searched for this one's secrets)."""
     messages = request.messages
-    return ((request.prompt_cache_key or id(messages[0])) if messages else 0, request.cache_ttl)
+    conversation = (request.prompt_cache_key or id(messages[0])) if messages else 0
+    return (conversation, request.cache_ttl, scan.serial)
 
 
-def encode_messages_body(request: ModelRequest, *, default_max_tokens: int = 8192) -> bytes:
+def encode_messages_body(
+    request: ModelRequest, *, default_max_tokens: int = 8192, scan: OutboundScan = NO_SCAN
+) -> bytes:
     """`full_messages_body(request)`, without re-encoding the messages an earlier call of
-    the same conversation already encoded.
+    the same conversation already encoded, and searched by `scan` (SecretInRequest) in
+    what was not searched before.
 
     Consecutive messages of one role share a turn on this wire, so what is kept per
     message is its blocks; the turns are spliced from them. Compact JSON of a list is its
@@ -274,7 +279,10 @@ def encode_messages_body(request: ModelRequest, *, default_max_tokens: int = 819
     messages, ttl = request.messages, request.cache_ttl
     try:
         parts = _FRAGMENTS.encoded(
-            messages, _fragment_key(request), lambda message: _message_blocks(message, ttl)
+            messages,
+            _fragment_key(request, scan),
+            lambda message: _message_blocks(message, ttl),
+            scan.check_pieces,
         )
         shell = build_messages_body(
             replace(request, messages=()), default_max_tokens=default_max_tokens
@@ -284,11 +292,12 @@ def encode_messages_body(request: ModelRequest, *, default_max_tokens: int = 819
         rest = orjson.dumps({k: v for k, v in ordered.items() if k not in _SPLICED})
         head = orjson.dumps({"max_tokens": shell["max_tokens"]})[:-1]
     except TypeError:
-        return full_messages_body(request, default_max_tokens=default_max_tokens)
+        return _whole(request, default_max_tokens, scan)
     if any(message.cache and not part for message, part in zip(messages, parts, strict=True)):
         # A marker on a message without blocks lands on the block before it, which another
         # message's fragment holds: rare enough to build the body whole.
-        return full_messages_body(request, default_max_tokens=default_max_tokens)
+        return _whole(request, default_max_tokens, scan)
+    scan.check_pieces([head, rest])
     turns: list[bytes] = []
     content: list[bytes] = []
     role = ""
@@ -306,7 +315,15 @@ def encode_messages_body(request: ModelRequest, *, default_max_tokens: int = 819
     if content:
         turns.append(b'{"role":"%s","content":[%s]}' % (role.encode(), b",".join(content)))
     # `rest` is never empty: it holds the model.
-    return b"".join((head, b',"messages":[', b",".join(turns), b"],", rest[1:]))
+    body = b"".join((head, b',"messages":[', b",".join(turns), b"],", rest[1:]))
+    scan.check_joined(body)
+    return body
+
+
+def _whole(request: ModelRequest, default_max_tokens: int, scan: OutboundScan) -> bytes:
+    body = full_messages_body(request, default_max_tokens=default_max_tokens)
+    scan.check(body)
+    return body
 
 
 def _check_body(request: ModelRequest, body: bytes, *, default_max_tokens: int) -> None:
@@ -480,15 +497,16 @@ class AnthropicProvider:
 
     def _body(self, request: ModelRequest, unencoded: int) -> bytes:
         note_pass("encode", unencoded)
-        body = encode_messages_body(request, default_max_tokens=self._default_max_tokens)
+        body = encode_messages_body(
+            request, default_max_tokens=self._default_max_tokens, scan=self._outbound
+        )
         if os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1":
             # Tests: the spliced body must equal a full build and encode of the request.
             _check_body(request, body, default_max_tokens=self._default_max_tokens)
-        self._outbound.check(body)
         return body
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
-        unencoded = _FRAGMENTS.unencoded(request.messages, _fragment_key(request))
+        unencoded = _FRAGMENTS.unencoded(request.messages, _fragment_key(request, self._outbound))
         # A long conversation's body, when most of it is not kept encoded (its first call),
         # is encoded on a worker; a short one costs less than the hop.
         body = await off_loop(unencoded, lambda: self._body(request, unencoded))

@@ -52,12 +52,16 @@ class MessageFragments:
         messages: tuple[Message, ...],
         key: Hashable,
         encode: Callable[[Message], bytes],
+        check: Callable[[list[bytes]], None] | None = None,
     ) -> list[bytes]:
         """`[encode(m) for m in messages]`, reusing the encodings kept under `key`.
 
-        `encode` must depend on nothing but the message and what `key` holds."""
+        `encode` must depend on nothing but the message and what `key` holds. `check` sees
+        the encodings made by this call before any is kept; when it raises nothing is kept,
+        so what it refused is encoded and checked again next time, never reused unchecked."""
         if not messages:
             return []
+        fresh: list[bytes] = []
         with self._lock:
             found = self._kept.pop(key, None)
             if found is not None:
@@ -72,16 +76,20 @@ class MessageFragments:
             with suppress(ValueError):
                 while True:
                     at = same.index(False, at)
-                    fresh = encode(messages[at])
-                    size += len(fresh) - len(parts[at])
-                    parts[at] = fresh
+                    changed = encode(messages[at])
+                    size += len(changed) - len(parts[at])
+                    parts[at] = changed
+                    fresh.append(changed)
                     at += 1
             added = [encode(message) for message in messages[len(old) :]]
             parts += added
+            fresh += added
             size += sum(map(len, added))
         else:
-            parts = [encode(message) for message in messages]
+            parts = fresh = [encode(message) for message in messages]
             size = sum(map(len, parts))
+        if check is not None:
+            check(fresh)
         with self._lock:
             if (replaced := self._kept.pop(key, None)) is not None:
                 self._bytes -= replaced[2]

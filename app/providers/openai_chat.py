@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Hashable
 from contextlib import aclosing, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -262,55 +262,62 @@ class _Fragments:
         self._kept = MessageFragments()
 
     @staticmethod
-    def _key(
-        messages: tuple[Message, ...], conversation: str | None, cache_markers: bool, ttl: str
-    ) -> tuple[str | int, bool, str]:
-        return (conversation or id(messages[0]), cache_markers, ttl)
+    def _key(request: ModelRequest, cache_markers: bool, scan: OutboundScan) -> Hashable:
+        # The scan's serial: fragments kept under another scan were not searched by this one.
+        conversation = request.prompt_cache_key or id(request.messages[0])
+        return (conversation, cache_markers, request.cache_ttl, scan.serial)
 
-    def unencoded(
-        self, messages: tuple[Message, ...], conversation: str | None, cache_markers: bool, ttl: str
-    ) -> int:
+    def unencoded(self, request: ModelRequest, cache_markers: bool, scan: OutboundScan) -> int:
         """How many of `messages` the next `encoded` must encode: those not the same object
         at the same position as in the previous call (all of them after a rebuild)."""
+        messages = request.messages
         if not is_long(len(messages)):
             return len(messages)  # short: worth no comparison, it stays where it is
-        return self._kept.unencoded(messages, self._key(messages, conversation, cache_markers, ttl))
+        return self._kept.unencoded(messages, self._key(request, cache_markers, scan))
 
     def encoded(
-        self, messages: tuple[Message, ...], conversation: str | None, cache_markers: bool, ttl: str
+        self, request: ModelRequest, cache_markers: bool, scan: OutboundScan
     ) -> list[bytes]:
-        if not messages:
+        """The messages' encodings, each new one searched by `scan` before it is kept."""
+        if not request.messages:
             return []
+        ttl = request.cache_ttl
 
         def encode(message: Message) -> bytes:
             return orjson.dumps(_message(message, cache_markers=cache_markers, ttl=ttl))
 
-        key = self._key(messages, conversation, cache_markers, ttl)
-        note_pass("encode", self.unencoded(messages, conversation, cache_markers, ttl))
-        return self._kept.encoded(messages, key, encode)
+        key = self._key(request, cache_markers, scan)
+        note_pass("encode", self.unencoded(request, cache_markers, scan))
+        return self._kept.encoded(request.messages, key, encode, scan.check_pieces)
 
 
 _FRAGMENTS = _Fragments()
 
 
-def encode_chat_body(request: ModelRequest, *, cache_markers: bool = False) -> bytes:
-    """`encode_body(build_chat_body(request))`, without re-encoding every message.
+def encode_chat_body(
+    request: ModelRequest, *, cache_markers: bool = False, scan: OutboundScan = NO_SCAN
+) -> bytes:
+    """`encode_body(build_chat_body(request))`, without re-encoding every message, and
+    searched by `scan` (SecretInRequest) in what was not searched before.
 
     The messages are spliced into the encoded envelope as remembered fragments; compact
     JSON of a list is its items' encodings joined by commas, so the bytes are the same.
     """
     try:
         shell = build_chat_body(replace(request, messages=()), cache_markers=cache_markers)
-        parts = [orjson.dumps(m) for m in shell["messages"]]
-        parts += _FRAGMENTS.encoded(
-            request.messages, request.prompt_cache_key, cache_markers, request.cache_ttl
-        )
+        envelope = [orjson.dumps(m) for m in shell["messages"]]
+        parts = _FRAGMENTS.encoded(request, cache_markers, scan)
         rest = orjson.dumps({k: v for k, v in shell.items() if k not in ("model", "messages")})
         head = orjson.dumps({"model": shell["model"]})[:-1]
     except TypeError:
-        return encode_body(build_chat_body(request, cache_markers=cache_markers))
+        body = encode_body(build_chat_body(request, cache_markers=cache_markers))
+        scan.check(body)
+        return body
     tail = b"]," + rest[1:] if rest != b"{}" else b"]}"
-    return b"".join((head, b',"messages":[', b",".join(parts), tail))
+    scan.check_pieces([head, *envelope, tail])
+    body = b"".join((head, b',"messages":[', b",".join([*envelope, *parts]), tail))
+    scan.check_joined(body)
+    return body
 
 
 def _check_body(request: ModelRequest, body: bytes, *, cache_markers: bool) -> None:
@@ -553,9 +560,7 @@ class OpenAIChatProvider:
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
-        unencoded = _FRAGMENTS.unencoded(
-            request.messages, request.prompt_cache_key, self._cache_markers, request.cache_ttl
-        )
+        unencoded = _FRAGMENTS.unencoded(request, self._cache_markers, self._outbound)
         # A long conversation's first body (10,000 messages) is encoded on a worker thread:
         # on the loop it held every other stream silent; a short one costs less than the hop.
         if is_long(unencoded):
@@ -589,11 +594,10 @@ class OpenAIChatProvider:
             await response.aclose()
 
     def _body(self, request: ModelRequest) -> bytes:
-        body = encode_chat_body(request, cache_markers=self._cache_markers)
+        body = encode_chat_body(request, cache_markers=self._cache_markers, scan=self._outbound)
         if os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1":
             # Tests: the spliced body must equal a full build and encode of the request.
             _check_body(request, body, cache_markers=self._cache_markers)
-        self._outbound.check(body)
         return body
 
     async def _body_chunks(self, response: httpx.Response) -> AsyncGenerator[bytes, None]:

@@ -20,9 +20,10 @@ short strings occur in ordinary text, and no such value is accepted as a key any
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import re2
@@ -73,15 +74,19 @@ def secret_forms(secret: str) -> set[bytes]:
     return forms
 
 
-class OutboundScan:
-    """Built once from the process's secrets; `check` refuses a body that shows one."""
+_JOINS = frozenset(b',[]{}"\0')
+"""The bytes a body puts between the pieces it is spliced from (`,` between messages, the
+brackets and braces around them, quotes in the envelope). A form holding none of them can
+only occur inside one piece; one that holds any is searched on the whole body every time."""
+_SERIALS = itertools.count(1)
 
-    def __init__(self, secrets: Iterable[str]) -> None:
-        forms: set[bytes] = set()
-        for secret in secrets:
-            forms |= secret_forms(secret)
-        self._forms = tuple(sorted(forms)) if len(forms) <= FIND_LIMIT else ()
-        self._compiled: Any = None
+
+class _Search:
+    """One search for a set of forms: a find per form when they are few, else RE2."""
+
+    def __init__(self, forms: set[bytes]) -> None:
+        self.forms = tuple(sorted(forms)) if len(forms) <= FIND_LIMIT else ()
+        self.compiled: Any = None
         if len(forms) > FIND_LIMIT:
             options = re2.Options()
             options.log_errors = False
@@ -89,15 +94,52 @@ class OutboundScan:
             # Latin-1: the pattern's bytes match the body's bytes one for one.
             options.encoding = re2.Options.Encoding.LATIN1
             pattern = b"|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True))
-            self._compiled = re2.compile(pattern, options)
+            self.compiled = re2.compile(pattern, options)
+
+    def refuse(self, body: bytes) -> None:
+        for form in self.forms:
+            if form in body:
+                raise SecretInRequest(_HELD)
+        if self.compiled is not None and self.compiled.search(body) is not None:
+            raise SecretInRequest(_HELD)
+
+
+class OutboundScan:
+    """Built once from the process's secrets; `check` refuses a body that shows one.
+
+    A long session's body is mostly messages an earlier call already sent, kept encoded
+    (app/providers/encoded_history.py); searching all of it again on every call was 15 % of
+    a late turn's CPU with 40 KB tool outputs. So the adapters search what is new:
+    `check_pieces` on each fragment as it is encoded (before it is kept, so a refused one is
+    never reused unsearched) and on the envelope, `check_joined` on the whole body for the
+    rare forms a join between pieces could complete. `serial` names this scan in the kept
+    encodings' key: fragments kept under another scan (other secrets, or none) are never
+    taken as searched."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        forms: set[bytes] = set()
+        for secret in secrets:
+            forms |= secret_forms(secret)
+        joined = {form for form in forms if _JOINS.intersection(form)}
+        self._all = _Search(forms)
+        self._pieces = _Search(forms - joined)
+        self._joined = _Search(joined)
+        self._compiled = self._all.compiled
+        self.serial = next(_SERIALS)
 
     def check(self, body: bytes) -> None:
         """Raise `SecretInRequest` when `body` carries a secret; never says which."""
-        for form in self._forms:
-            if form in body:
-                raise SecretInRequest(_HELD)
-        if self._compiled is not None and self._compiled.search(body) is not None:
-            raise SecretInRequest(_HELD)
+        self._all.refuse(body)
+
+    def check_pieces(self, pieces: Sequence[bytes]) -> None:
+        """`check` for the forms that fit inside one piece, over `pieces` in one pass: a NUL
+        (never in encoded JSON, never in such a form) keeps a match from spanning two."""
+        if pieces:
+            self._pieces.refuse(b"\0".join(pieces))
+
+    def check_joined(self, body: bytes) -> None:
+        """The rest of `check`: the forms a join between pieces could complete."""
+        self._joined.refuse(body)
 
 
 NO_SCAN = OutboundScan(())

@@ -19,6 +19,7 @@ from app.config import ToolQuota
 from app.db.store import STORE_FAILURES, Store
 from app.providers.base import ToolCall, ToolSpec
 from app.tools.call_repair import coerce_arguments, resolve_tool_name
+from app.tools.capacity import ToolSlots
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,9 @@ class Tool:
     its result, on the store's writer thread: one commit for the change and its result
     where there were two (and a thread hop). It must leave its writes whole: it raises
     before its last write or not at all, since what it wrote commits with the result."""
+    spawns_process: bool = False
+    """Runs a process (a sandbox, a command): it waits for one of the machine's tool slots
+    (app/tools/capacity.py) before it runs. Plugin tools that spawn should set it."""
 
     approval: Approval = "judge"
 
@@ -174,7 +178,11 @@ MAX_VIEWS = 64
 
 class ToolRegistry:
     def __init__(
-        self, tools: Iterable[Tool] = (), *, clock: Callable[[], float] = time.monotonic
+        self,
+        tools: Iterable[Tool] = (),
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        slots: ToolSlots | None = None,
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self._views: dict[frozenset[str], ToolRegistry] = {}
@@ -185,6 +193,8 @@ class ToolRegistry:
         the MCP servers that offer the profile and the owner's key allows
         (app/tools/mcp/hub.py)."""
         self.availability = AvailabilityCache(clock=clock)
+        self.slots = slots
+        """The server's places for process-spawning calls; None = unbounded (unit tests)."""
         for tool in tools:
             self.register(tool)
 
@@ -221,7 +231,9 @@ class ToolRegistry:
         # Memoised per allowlist (every turn asks; sessions share a few snapshots), and
         # dropped when a tool registers, which would change what the names resolve to.
         if view is None:
-            view = ToolRegistry(tool for name, tool in self._tools.items() if name in allowed)
+            view = ToolRegistry(
+                (tool for name, tool in self._tools.items() if name in allowed), slots=self.slots
+            )
             view.availability = self.availability
             if len(self._views) >= MAX_VIEWS:
                 self._views.clear()
@@ -253,6 +265,14 @@ class ToolRegistry:
         return await self.invoke(tool, args, ctx)
 
     async def invoke(self, tool: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        """Run `tool`; one that spawns a process first waits for a tool slot, so its own
+        timeout starts when it runs, not while it queues."""
+        if tool.spawns_process and self.slots is not None:
+            async with self.slots.hold():
+                return await self._invoke(tool, args, ctx)
+        return await self._invoke(tool, args, ctx)
+
+    async def _invoke(self, tool: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         try:
             result = await tool.handler(coerce_arguments(args, tool.parameters), ctx)
             return result if isinstance(result, ToolOutcome) else ToolOutcome(result)

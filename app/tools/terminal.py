@@ -207,6 +207,7 @@ TERMINAL = Tool(
     path_scope=terminal_scope,
     available=bwrap_available,
     toolset="core",
+    spawns_process=True,
 )
 
 

@@ -30,6 +30,7 @@ from app.providers.clients import UpstreamClients
 from app.providers.messages_sse import MessagesEventDecoder
 from app.providers.sdk_transport import _as_httpx2
 from app.providers.sse_decoder import SSEDecoder
+from app.security.outbound import NO_SCAN
 from tests.support.anthropic_requests import REQUESTS, make_request
 from tests.support.provider_stream import stream_error
 
@@ -65,7 +66,7 @@ def test_a_corrupted_remembered_encoding_is_caught() -> None:
     )
     body = encode_messages_body(request)
     anthropic_wire._check_body(request, body, default_max_tokens=8192)
-    parts = anthropic_wire._FRAGMENTS._kept[("session-tampered", "5m")][1]
+    parts = anthropic_wire._FRAGMENTS._kept[("session-tampered", "5m", NO_SCAN.serial)][1]
     parts[1] = b'{"type":"text","text":"tampered"}'
     tampered = encode_messages_body(request)
     assert b"tampered" in tampered
@@ -134,7 +135,7 @@ def test_every_httpx_transport_error_keeps_its_meaning_under_httpx2(kind: type) 
 def test_the_off_loop_gate_counts_what_the_next_call_must_encode() -> None:
     history = tuple(UserMessage(f"m{i}") for i in range(300))
     request = make_request(*history, prompt_cache_key="session-gate")
-    key = anthropic_wire._fragment_key(request)
+    key = anthropic_wire._fragment_key(request, NO_SCAN)
     assert anthropic_wire._FRAGMENTS.unencoded(history, key) == 300  # never encoded
     encode_messages_body(request)
     grown = (*history, AssistantMessage("a"), UserMessage("q"))

@@ -8,7 +8,7 @@ import tomllib
 
 import yaml
 
-from app.config import Settings
+from app.config import Settings, trusted_network
 from tests.support.paths import REPO
 
 DEPLOY = REPO / "deploy"
@@ -39,6 +39,12 @@ def test_the_unit_has_the_hardening_and_agrees_with_the_drain() -> None:
     drain = int(next(v for v in s["Environment"] if v.startswith("COURIER_DRAIN")).split("=")[1])
     assert int(s["TimeoutStopSec"][0]) > 2 * drain
     assert "COURIER_HOST=127.0.0.1" in s["Environment"]
+    # nginx reaches it over loopback: its forwarded client is what the per-IP limit counts.
+    trusted = next(v for v in s["Environment"] if v.startswith("COURIER_TRUSTED_PROXIES="))
+    networks = [trusted_network(e) for e in trusted.partition("=")[2].split(",")]
+    assert {str(n) for n in networks} == {"127.0.0.1/32", "::1/128"}
+    # Two descriptors a stream: the default turn cap's streams must fit.
+    assert int(s["LimitNOFILE"][0]) > 2 * Settings.model_fields["max_concurrent_turns"].default
     # The sandbox needs namespaces: these would silently switch the terminal tool off.
     assert "RestrictNamespaces" not in s and "SystemCallFilter" not in s
 
@@ -67,6 +73,10 @@ def test_compose_publishes_on_loopback_only_and_uses_secrets() -> None:
     assert "healthcheck" in service and service["read_only"] is True
     env = service["environment"]
     assert env["COURIER_API_KEY_FILE"] == "/run/secrets/courier_api_key"
+    # Published ports arrive from the fixed network's gateway: that is the trusted proxy.
+    (network,) = service["networks"]
+    (ipam,) = compose["networks"][network]["ipam"]["config"]
+    assert env["COURIER_TRUSTED_PROXIES"] == ipam["gateway"]
     assert not [k for k in env if k.endswith("API_KEY")], "a key in the environment"
     assert set(service["secrets"]) <= set(compose["secrets"])
     grace = int(service["stop_grace_period"].removesuffix("s"))

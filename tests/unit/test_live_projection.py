@@ -35,6 +35,7 @@ from app.providers.base import (
     UserMessage,
 )
 from app.providers.openai_chat import build_chat_body, encode_body, encode_chat_body
+from app.security.outbound import NO_SCAN
 
 LEASE = "L1"
 
@@ -422,7 +423,7 @@ def test_a_corrupted_remembered_encoding_is_caught() -> None:
     request = _request(messages)
     body = encode_chat_body(request)
     openai_chat._check_body(request, body, cache_markers=False)
-    key = ("s1", False, "5m")
+    key = ("s1", False, "5m", NO_SCAN.serial)
     parts = openai_chat._FRAGMENTS._kept._kept[key][1]
     parts[1] = orjson.dumps({"role": "assistant", "content": "tampered"})
     tampered = encode_chat_body(request)

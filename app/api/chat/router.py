@@ -68,7 +68,7 @@ async def chat_completions(request: Request) -> Response:
     serving = chat_serving(request)
     profile = serving.resolve_profile(chat.model)
     strategy, on_disconnect = busy_strategy(request, profile), disconnect_policy(request, profile)
-    with holding_turn_slot(state, principal) as slot:
+    with holding_turn_slot(state, principal, end_user=on_behalf.end_user) as slot:
         started = await serving.answer(
             chat,
             Asked(principal, on_behalf),

@@ -5,7 +5,8 @@ uvicorn has a keep-alive timeout for idle connections but no deadline on reading
 11 -> 1,210), and any byte received cancels its keep-alive timer. This subclass of its httptools
 protocol adds the deadlines a reverse proxy would (nginx's client_header_timeout and
 client_body_timeout) and refuses a peer's connections past a cap, so one client cannot
-exhaust the process's descriptors. Past a deadline the connection is simply closed: the
+exhaust the process's descriptors (a trusted proxy's are not counted: its clients' requests
+are, in app/api/http/forwarded.py). Past a deadline the connection is simply closed: the
 client was not sending a request we could answer.
 
 The parser has no bound on a request's head either: four 32 MB header blocks were answered
@@ -24,10 +25,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, cast
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from app.api.http.forwarded import TrustedProxies
 
 LINGER_S = 2.0
 """After a 431, how long the rest of the refused head is read and dropped: closing with
@@ -67,9 +70,11 @@ class ConnectionLimits:
     """From the first byte of a request (or the connection opening) to its complete head."""
     body_timeout_s: float = 60.0
     """From the complete head to the last byte of the body."""
-    max_per_ip: int = 64
-    """Open connections one peer address may hold; 0 = no cap (behind a reverse proxy every
-    client has the proxy's address)."""
+    max_per_ip: int = 256
+    """Open connections one peer address may hold; 0 = no cap."""
+    trusted: TrustedProxies = field(default_factory=TrustedProxies)
+    """Proxies whose connections are not counted here: they carry many clients each, whose
+    requests app/api/http/forwarded.py counts instead."""
     max_header_bytes: int = 64 * 1024
     """A request line and header block past this many bytes is answered 431."""
     max_header_fields: int = 100
@@ -96,7 +101,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         peer = self.client[0] if self.client else None
-        if peer is not None:
+        if peer is not None and not self.limits.trusted.trusts(peer):
             self.open_by_ip[peer] += 1
             self._peer = peer
             if self.limits.max_per_ip and self.open_by_ip[peer] > self.limits.max_per_ip:

@@ -57,11 +57,14 @@ def authenticate(request: Request, state: AppState, *scopes: str) -> Principal:
 
 
 @contextmanager
-def holding_turn_slot(state: AppState, principal: Principal) -> Iterator[TurnSlot]:
-    """A running turn's place under the global and per-key caps (or 429), given back if
-    the turn fails to start; once it starts, the caller binds the slot to its task."""
+def holding_turn_slot(
+    state: AppState, principal: Principal, *, end_user: str | None = None
+) -> Iterator[TurnSlot]:
+    """A running turn's place under the global, per-key and per-end-user caps (or 429),
+    given back if the turn fails to start; once it starts, the caller binds the slot to
+    its task."""
     try:
-        slot = state.limits.acquire_turn(principal)
+        slot = state.limits.acquire_turn(principal, end_user=end_user)
     except LimitExceeded as exc:
         raise limit_error(exc) from None
     try:

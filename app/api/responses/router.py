@@ -64,7 +64,7 @@ async def create_response(request: Request) -> Response:
         request.headers, state.settings, user=body.user, safety_identifier=body.safety_identifier
     )
     retry = retry_of(request, b"responses\n" + raw)
-    with holding_turn_slot(state, principal) as slot:
+    with holding_turn_slot(state, principal, end_user=on_behalf.end_user) as slot:
         run = await responses_serving(request).start(body, Asked(principal, on_behalf), retry=retry)
     slot.bind(run.handle.task)
     headers = run.shell.headers()

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import logging
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -67,6 +68,8 @@ here at the spill size would throw away exactly what spilling exists to keep. Th
 bounds memory against a command that prints forever."""
 CPU_GRACE_S = 5
 """Extra CPU seconds between RLIMIT_CPU's soft limit (SIGXCPU) and its hard one (SIGKILL)."""
+COMMAND_OPEN_FILES = 1024
+"""A sandboxed command's open-files soft limit: select()'s FD_SETSIZE."""
 KILL_GRACE_S = 2.0
 """After the command ends, how long to wait for its output pipe to close."""
 PROBE_RETRY_S = 60.0
@@ -499,7 +502,7 @@ def _limits_prefix(
         # Set before bwrap starts, so a command cannot raise it back (that would need
         # CAP_SYS_RESOURCE on the host). No core dumps: they would land in the
         # workspace, or go to the host's crash handler running as root.
-        prefix += [prlimit, f"--nproc={rlimit}:{rlimit}", "--core=0:0"]
+        prefix += [prlimit, f"--nproc={rlimit}:{rlimit}", "--core=0:0", _nofile()]
         if limits is not None:
             prefix += [
                 # SIGXCPU at the soft limit (the shell names it), SIGKILL a little
@@ -518,6 +521,15 @@ def _limits_prefix(
     if cgroup is None and os.geteuid() == 0:
         _warn_once("running as root without a pids cgroup: no sandbox process limit")
     return prefix
+
+
+def _nofile() -> str:
+    """prlimit's option putting the open-files soft limit back to 1,024 (the hard limit
+    stays): the server raised its own for its streams (app/ops/open_files.py), and a
+    program using select() breaks on a descriptor past FD_SETSIZE."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    soft = COMMAND_OPEN_FILES if hard == resource.RLIM_INFINITY else min(COMMAND_OPEN_FILES, hard)
+    return f"--nofile={soft}:"
 
 
 async def run_local(
