@@ -244,7 +244,8 @@ def measured(rig: Rig, n: int, out: dict[str, float]) -> Iterator[None]:
     out["writer_ms"] = (thread_cpu_s(rig.server.pid, "courier-store") - writer) * 1000 / n
     out["sim_ms"] = (cpu_s(rig.sim.pid) - sim) * 1000 / n
     after_commits, after_statements = rig.db_counts()
-    # The /metrics read itself runs no SQL, so the deltas are the turns' own.
+    # The /metrics read itself runs no SQL, so the deltas are the turns' own, plus any
+    # search-index batch that fell inside the block (`--index-interval 0` leaves those out).
     out["commits"] = (after_commits - commits) / n
     out["statements"] = (after_statements - statements) / n
 
@@ -752,6 +753,13 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--kept", type=int, default=2000, help="turns for the kept section")
     parser.add_argument("--wire", choices=sorted(WIRES), default="openai")
+    parser.add_argument(
+        "--index-interval",
+        help="COURIER_SEARCH_INDEX_INTERVAL_S for the server (default: the product's); 0 leaves"
+        " indexing to the first search, so commits per request are the turns' own, as"
+        " tests/e2e/test_turn_commits.py counts them (a batch landing inside a slow block"
+        " would add a fraction of one)",
+    )
     args = parser.parse_args()
     only = set(args.only.split(","))
     if unknown := only - set(SECTIONS):
@@ -765,7 +773,10 @@ def main() -> int:
     ]
     wanted = [(name, run) for name, run in sections if name in only]
     if wanted:
-        rig = Rig(extra_env=load_limits(max(args.workers, args.streams)), wire=args.wire)
+        extra_env = load_limits(max(args.workers, args.streams))
+        if args.index_interval is not None:
+            extra_env["COURIER_SEARCH_INDEX_INTERVAL_S"] = args.index_interval
+        rig = Rig(extra_env=extra_env, wire=args.wire)
         try:
             for _name, run in wanted:
                 run(rig)
