@@ -7,10 +7,17 @@ import logging
 import secrets
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import uvicorn
+    from fastapi import FastAPI
+
+    from app.config import Settings
 
 
 def _serve(_args: argparse.Namespace) -> int:
-    from app.config import ConfigError, load_settings, upstream_problem
+    from app.config import ConfigError, load_settings
     from app.db.instance import DataDirBusy, DataDirLock
 
     try:
@@ -18,15 +25,8 @@ def _serve(_args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"courier: {exc}", file=sys.stderr)
         return 2
-    if problem := upstream_problem(settings):
+    if problem := _start_problem(settings):
         print(f"courier: {problem}", file=sys.stderr)
-        return 2
-    from app.tools.mcp.config import configured
-
-    try:
-        configured(settings)  # a broken MCP servers file refuses the start in one line
-    except ConfigError as exc:
-        print(f"courier: {exc}", file=sys.stderr)
         return 2
     try:
         # Before the heavy imports, so a refused second server says so at once. Held until
@@ -36,13 +36,8 @@ def _serve(_args: argparse.Namespace) -> int:
         print(f"courier: {exc}", file=sys.stderr)
         return 3
 
-    import uvicorn
-    from starlette.types import ASGIApp
-
-    from app.api.http.connection_guard import ConnectionLimits, guarded_httptools_protocol
-    from app.api.http.forwarded import ForwardedClients, TrustedProxies
-    from app.main import create_app
     from app.observe import logs
+    from app.ops.drain import DrainingServer
     from app.ops.open_files import needed_for, raise_open_files
     from app.tools.plugins import PluginError, load_plugin_tools
 
@@ -53,6 +48,41 @@ def _serve(_args: argparse.Namespace) -> int:
         return 2
     logs.configure(settings.log_level, settings.log_format)
     raise_open_files(needed_for(settings.max_concurrent_turns))
+    # httpx logs every upstream request at INFO: a formatted line per call on the event
+    # loop that the per-turn line (`courier.turn`) already covers.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
+    config, app = _server_config(settings)
+    # SIGTERM marks the turn manager draining: no new turns, cut-off ones `interrupted`.
+    DrainingServer(config, app).run()
+    lock.release()
+    return 0
+
+
+def _start_problem(settings: Settings) -> str | None:
+    """What refuses the start in one line before anything heavy is imported: no upstream to
+    talk to, or a broken MCP servers file."""
+    from app.config import ConfigError, upstream_problem
+    from app.tools.mcp.config import configured
+
+    if problem := upstream_problem(settings):
+        return problem
+    try:
+        configured(settings)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def _server_config(settings: Settings) -> tuple[uvicorn.Config, FastAPI]:
+    """uvicorn's configuration for the app, behind the connection guard (and the trusted
+    proxies' forwarding headers when there are any)."""
+    import uvicorn
+    from starlette.types import ASGIApp
+
+    from app.api.http.connection_guard import ConnectionLimits, guarded_httptools_protocol
+    from app.api.http.forwarded import ForwardedClients, TrustedProxies
+    from app.main import create_app
+
     trusted = TrustedProxies(settings.trusted_proxies, settings.trusted_proxy_header)
     limits = ConnectionLimits(
         header_timeout_s=settings.http_header_timeout_s,
@@ -62,11 +92,6 @@ def _serve(_args: argparse.Namespace) -> int:
         max_header_fields=settings.max_header_fields,
         trusted=trusted,
     )
-    # httpx logs every upstream request at INFO: a formatted line per call on the event
-    # loop that the per-turn line (`courier.turn`) already covers.
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
-    from app.ops.drain import DrainingServer
-
     app = create_app(settings)
     served: ASGIApp = app
     if settings.trusted_proxies:
@@ -90,10 +115,7 @@ def _serve(_args: argparse.Namespace) -> int:
         access_log=False,
         log_config=None,
     )
-    # SIGTERM marks the turn manager draining: no new turns, cut-off ones `interrupted`.
-    DrainingServer(config, app).run()
-    lock.release()
-    return 0
+    return config, app
 
 
 def _simulate(args: argparse.Namespace) -> int:

@@ -170,12 +170,7 @@ def install_endpoints(app: FastAPI, turn_serving: TurnServing) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     install_redaction(known_secrets(settings))
-    store = Store.open(settings.db_path)
-    # Only leases whose holder process is gone: `courier serve` holds the data directory's
-    # lock (app/db/instance.py), but a lease of a live holder must never be taken.
-    if cleared := store.clear_dead_leases(holder_alive):
-        log.warning("cleared %d turn lease(s) left by a previous process", cleared)
-    repair_interrupted_turns(store)
+    store = _open_store(settings)
     load_price_table()
     metrics = Metrics()
     count_db_work(
@@ -248,6 +243,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await clients.aclose()
         store.close()
         shutdown_worker()
+
+
+def _open_store(settings: Settings) -> Store:
+    """The store, with what a previous process left mid-turn set right."""
+    store = Store.open(settings.db_path)
+    # Only leases whose holder process is gone: `courier serve` holds the data directory's
+    # lock (app/db/instance.py), but a lease of a live holder must never be taken.
+    if cleared := store.clear_dead_leases(holder_alive):
+        log.warning("cleared %d turn lease(s) left by a previous process", cleared)
+    repair_interrupted_turns(store)
+    return store
 
 
 def _tool_registry(settings: Settings, metrics: Metrics) -> ToolRegistry:
