@@ -40,7 +40,7 @@ def test_cancel_on_disconnect_stops_the_turn_promptly(
             if (workspace / "wait-started").exists():
                 break
     hung_up = time.time()
-    db = tmp_path / "data" / "courier.db"
+    db = server.data_dir / "courier.db"
 
     def ended() -> float | None:
         con = sqlite3.connect(db)

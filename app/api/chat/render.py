@@ -408,22 +408,29 @@ async def _collect(handle: TurnHandle) -> tuple[str, tuple[ToolCall, ...], TurnF
 
 
 async def json_completion(
-    request: Request, handle: TurnHandle, renderer: CompletionRenderer, headers: dict[str, str]
+    request: Request,
+    handle: TurnHandle,
+    renderer: CompletionRenderer,
+    headers: dict[str, str],
+    *,
+    grace_s: float = 0.0,
 ) -> Response:
-    """The whole completion once the turn ends; 499 (the turn stopped) if the client hangs
-    up first."""
+    """The whole completion once the turn ends; 499 if the client hangs up first. The turn
+    then stops once no retry can come: at once, or after `grace_s` for a client whose SDK
+    retries by itself (`Retry.hangup_grace_s`)."""
     collect = asyncio.ensure_future(_collect(handle))
     try:
         done = await outlasted(request, collect)
     except asyncio.CancelledError:
-        handle.abandon()
+        handle.abandon(grace_s)
         raise
     if not done:
-        # The client hung up (an SDK timeout): stop the turn as a stream would, so its
-        # retry does not find the first attempt still running tools beside it.
+        # The client hung up (an SDK timeout). Its SDK's retry reattaches to this turn
+        # within the grace and waits for the same answer; a client that cannot retry
+        # leaves nobody to answer, so the turn stops as a stream's would.
         collect.cancel()
         await asyncio.gather(collect, return_exceptions=True)
-        handle.abandon()
+        handle.abandon(grace_s)
         return Response(status_code=499)
     text, calls, finished = collect.result()
     headers = {

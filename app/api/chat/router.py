@@ -68,13 +68,10 @@ async def chat_completions(request: Request) -> Response:
     serving = chat_serving(request)
     profile = serving.resolve_profile(chat.model)
     strategy, on_disconnect = busy_strategy(request, profile), disconnect_policy(request, profile)
+    retry = retry_of(request, raw)
     with holding_turn_slot(state, principal) as slot:
         started = await serving.answer(
-            chat,
-            Asked(principal, on_behalf),
-            session_id,
-            retry=retry_of(request, raw),
-            strategy=strategy,
+            chat, Asked(principal, on_behalf), session_id, retry=retry, strategy=strategy
         )
     if isinstance(started, Steered):
         slot.release()  # the message joined a turn that already holds its own slot
@@ -86,7 +83,8 @@ async def chat_completions(request: Request) -> Response:
         headers["X-Courier-Ignored"] = ", ".join(ignored)
     renderer = CompletionRenderer.of(chat, started.handle)
     if not chat.stream:
-        return await json_completion(request, started.handle, renderer, headers)
+        grace_s = retry.hangup_grace_s
+        return await json_completion(request, started.handle, renderer, headers, grace_s=grace_s)
     frames = ChatFrames(renderer, started.handle, opted_in=opted_in(request.headers))
     stream = turn_stream(started.handle, frames, state.settings.keepalive_s)
     return EventSourceResponse(stream, headers=headers)
