@@ -49,7 +49,7 @@ from app.api.chat.wire import (
 )
 from app.api.http.errors import ErrorBody, ErrorResponse
 from app.api.http.hangup import outlasted
-from app.api.http.sse import SSE_SEP, ServerSentEvent
+from app.api.http.sse import SSE_SEP, EventPosition, ServerSentEvent
 from app.api.http.statuses import turn_error_status
 from app.providers.base import ToolCall
 
@@ -341,34 +341,75 @@ def _json_string(text: str) -> str:
         return json.dumps(text, ensure_ascii=False)
 
 
+_IDS = 4096
+_ID_LINES = tuple(f"id: {seq}{SSE_SEP}".encode() for seq in range(_IDS))
+"""The id lines of a stream's first events, made once: most frames are text, and
+formatting a line for each was a visible share of a fast stream's work."""
+
+
+def _id_line(seq: int) -> bytes:
+    return _ID_LINES[seq] if seq < _IDS else f"id: {seq}{SSE_SEP}".encode()
+
+
 class ChatFrames:
     """A chat turn's events as `chat.completion.chunk` frames (`app/api/http/sse.py`'s
-    `TurnFrames`); progress chunks only for a client that asked for them."""
+    `TurnFrames`); progress chunks only for a client that asked for them.
+
+    Every frame carries an SSE `id`: the event's sequence number in the turn (what
+    `/v1/sessions/{id}/events` numbers by), `N.k` for the k-th frame of an event written as
+    several (the end: finish, usage, `[DONE]`), `0` for the role chunk. SDKs ignore the
+    field; a client that lost the connection sends the last one back as `Last-Event-ID` on
+    its retry and receives exactly the frames it missed (`resume`)."""
 
     head_waits = True  # the role chunk says nothing alone: it rides with the first bytes
 
     def __init__(
-        self, renderer: CompletionRenderer, handle: TurnHandle, *, opted_in: Set[str] = frozenset()
+        self,
+        renderer: CompletionRenderer,
+        handle: TurnHandle,
+        *,
+        opted_in: Set[str] = frozenset(),
+        resume: EventPosition | None = None,
     ) -> None:
         self.renderer = renderer
         self.handle = handle
         self.tool_events = "tools" in opted_in
         self.approval_events = "approvals" in opted_in
-        self.head = ServerSentEvent(data=renderer.role_chunk()).encode()
+        if resume is None:
+            self.head = ServerSentEvent(data=renderer.role_chunk(), id="0").encode()
+            self.after, self._skip = 0, 0
+        else:  # the client has the role chunk (id 0) and everything up to its id
+            self.head = b""
+            self.after = resume.seq - 1 if resume.part else resume.seq
+            self._skip = resume.part
+        self.seq = self.after
+        """The sequence number of the event last rendered; `after` is where it starts."""
 
     def frames(self, event: TurnEvent) -> bytes:
-        if type(event) is TurnText:  # most events: straight to bytes
-            return self.renderer.text_sse(event.text)
-        return b"".join(frame.encode() for frame in self.event_frames(event))
+        seq = self.seq = self.seq + 1
+        if type(event) is TurnText and not self._skip:  # most events: straight to bytes
+            line = _ID_LINES[seq] if seq < _IDS else _id_line(seq)
+            return line + self.renderer.text_sse(event.text)
+        return self._numbered(self.event_frames(event))
 
     async def last(self, event: TurnFinished) -> bytes:
         self.handle.delivered = event.error is None
-        return b"".join(frame.encode() for frame in self.event_frames(event))
+        return self.frames(event)
 
     def left(self) -> None:
         # Stop the work, unless an idempotency key lets a retry reattach within the grace
         # period (the handle knows).
         self.handle.abandon()
+
+    def _numbered(self, frames: list[ServerSentEvent]) -> bytes:
+        """The event's frames with their ids, less those a resuming client already read."""
+        if len(frames) == 1:
+            frames[0].id = str(self.seq)
+        else:
+            for part, frame in enumerate(frames, 1):
+                frame.id = f"{self.seq}.{part}"
+        skip, self._skip = self._skip, 0
+        return b"".join(frame.encode() for frame in frames[skip:])
 
     def event_frames(self, event: TurnEvent) -> list[ServerSentEvent]:
         """The frames one turn event becomes (none for events this client did not ask for)."""
