@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from app.agent.events import ToolStarted, TurnFinished, TurnText
-from app.agent.loop import CANCELLED_RESULT
 from app.agent.refusals import SessionBusy
+from app.agent.reply_store import CANCELLED_RESULT
 from app.agent.turns.handle import TurnHandle
 from app.db.store import Store
 from app.providers.base import TextDelta, UsageEvent
