@@ -376,7 +376,7 @@ class ChatFrames:
         self.tool_events = "tools" in opted_in
         self.approval_events = "approvals" in opted_in
         if resume is None:
-            self.head = ServerSentEvent(data=renderer.role_chunk(), id="0").encode()
+            self.head = _ID_LINES[0] + ServerSentEvent(data=renderer.role_chunk()).encode()
             self.after, self._skip = 0, 0
         else:  # the client has the role chunk (id 0) and everything up to its id
             self.head = b""
@@ -402,14 +402,16 @@ class ChatFrames:
         self.handle.abandon()
 
     def _numbered(self, frames: list[ServerSentEvent]) -> bytes:
-        """The event's frames with their ids, less those a resuming client already read."""
+        """The event's frames with their ids, less those a resuming client already read.
+        The id line goes in front of each frame's bytes: where `ServerSentEvent` writes it
+        for a frame with neither comment nor event name, as all of chat's are."""
+        seq = self.seq
         if len(frames) == 1:
-            frames[0].id = str(self.seq)
+            ids = [_id_line(seq)]
         else:
-            for part, frame in enumerate(frames, 1):
-                frame.id = f"{self.seq}.{part}"
+            ids = [f"id: {seq}.{part}{SSE_SEP}".encode() for part in range(1, len(frames) + 1)]
         skip, self._skip = self._skip, 0
-        return b"".join(frame.encode() for frame in frames[skip:])
+        return b"".join(i + f.encode() for i, f in zip(ids[skip:], frames[skip:], strict=True))
 
     def event_frames(self, event: TurnEvent) -> list[ServerSentEvent]:
         """The frames one turn event becomes (none for events this client did not ask for)."""
