@@ -406,6 +406,9 @@ class ChatFrames:
         The id line goes in front of each frame's bytes: where `ServerSentEvent` writes it
         for a frame with neither comment nor event name, as all of chat's are."""
         seq = self.seq
+        if not frames:  # an event this client did not ask to see (a tool's progress)
+            self._skip = 0
+            return b""
         if len(frames) == 1:
             ids = [_id_line(seq)]
         else:
