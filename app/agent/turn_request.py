@@ -59,7 +59,8 @@ class IncomingMessage:
 
     @property
     def has_calls(self) -> bool:
-        return bool(self.row is not None and self.row.tool_calls)
+        row = self.row  # built on each read
+        return bool(row is not None and row.tool_calls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,7 @@ class TurnRequest:
     (`previous_response_id` on the Responses API)."""
 
     def rows(self, start: int = 0) -> list[NewMessage]:
-        return [m.row for m in self.messages[start:] if m.row is not None]
+        return [row for m in self.messages[start:] if (row := m.row) is not None]
 
     def images(self, start: int = 0) -> list[StoredImage]:
         return [image for m in self.messages[start:] for image in m.images]

@@ -30,7 +30,7 @@ from fastapi import Request
 from app.agent.events import TurnFinished
 from app.agent.refusals import IdempotencyKeyReused, TurnCancelled
 from app.agent.turns.event_codec import decode, encode
-from app.agent.turns.handle import TurnHandle
+from app.agent.turns.handle import SDK_RETRY_GRACE_S, TurnHandle
 from app.agent.turns.manager import TurnManager
 from app.api.http.errors import ApiError
 from app.db.idempotency_store import IdempotencyStore
@@ -51,6 +51,16 @@ class Retry:
     """The counter says this is an attempt's first try (0): it repeats nothing. Two pipecat
     calls under one key open with the same `[system]` body; without this, the second
     would attach to the first caller's turn."""
+    sdk_retries: bool = False
+    """The client's SDK retries by itself (it sends the counter at all, 0 included)."""
+
+    @property
+    def hangup_grace_s(self) -> float:
+        """How long a non-streamed turn outlives its client's hang-up: long enough for the
+        SDK's own retry to find it (`TurnHandle.abandon`), else not at all. Streams get
+        none: an SDK never retries a stream it has started reading, and a voice client
+        that hangs up mid-answer means stop."""
+        return SDK_RETRY_GRACE_S if self.sdk_retries else 0.0
 
 
 def retry_of(request: Request, body: bytes) -> Retry:
@@ -67,6 +77,7 @@ def retry_of(request: Request, body: bytes) -> Retry:
         key=key,
         marked=tries is not None and tries >= 1,
         first_try=tries == 0,
+        sdk_retries=count is not None,
     )
 
 

@@ -66,6 +66,8 @@ class StartedTurn:
     handle: TurnHandle
     session_id: str
     profile: Profile
+    reattached: bool = False
+    """A retry found the turn it repeats (running or finished) instead of starting one."""
 
 
 Translate = Callable[[Profile], TurnRequest]
@@ -126,7 +128,7 @@ class TurnServing:
             async with self.twins.opening(asked.twins, retry):
                 profile = self.profiles.resolve(model)
                 if (seen := self.twins.find(asked.twins, retry)) is not None:
-                    return StartedTurn(seen, seen.session_id, profile)
+                    return StartedTurn(seen, seen.session_id, profile, reattached=True)
                 req = (
                     await asyncio.to_thread(translate, profile) if off_loop else translate(profile)
                 )

@@ -48,8 +48,13 @@ def test_stream_contract_without_usage(server: Server, sim: Simulator) -> None:
     assert headers["cache-control"] == "no-cache"
     assert headers["x-accel-buffering"] == "no"
     assert headers["x-session-id"].startswith("sess_")
-    # No `id:` fields and no named events for a client that did not opt in.
-    assert not [line for line in lines if line.startswith(("id:", "event:"))]
+    # No named events for a client that did not opt in; every frame numbered (`id:`), the
+    # role chunk 0, the end's frames N.1, N.2 (finish, [DONE]).
+    assert not [line for line in lines if line.startswith("event:")]
+    ids = [line[4:] for line in lines if line.startswith("id: ")]
+    assert len(ids) == len(_data(lines)) and ids[0] == "0"
+    end = ids[-1].partition(".")[0]
+    assert ids[-2:] == [f"{end}.1", f"{end}.2"]
     assert _data(lines)[-1] == "[DONE]"
     chunks = _chunks(lines)
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
@@ -120,6 +125,6 @@ def test_keepalive_and_immediate_headers(slow_server: Server, sim: Simulator) ->
     meaningful = [line for line in lines if line]
     # The headers go out before the upstream has said anything, and the role chunk with
     # the first keepalive (sent while the upstream is silent).
-    assert '"role":"assistant"' in meaningful[0]
-    assert meaningful[1] == ": keepalive"
+    assert meaningful[0] == "id: 0" and '"role":"assistant"' in meaningful[1]
+    assert meaningful[2] == ": keepalive"
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in _chunks(lines)) == "late"

@@ -63,7 +63,8 @@ def parse_sse(text: str) -> tuple[list[SseEvent], list[str]]:
 def check_chat_stream(text: str, *, include_usage: bool) -> FoldedStream:
     """Assert `text` is a stream every official SDK reads; return the folded result."""
     events, fields = parse_sse(text)
-    assert set(fields) <= {"data", "event"}, f"unexpected SSE fields {set(fields)}"
+    # `id` is each frame's place in the turn (for a resume); every SDK's decoder skips it.
+    assert set(fields) <= {"data", "event", "id"}, f"unexpected SSE fields {set(fields)}"
     assert events and events[-1].data == "[DONE]", "the stream must end with data: [DONE]"
     chunks: list[dict[str, Any]] = []
     named: list[SseEvent] = []

@@ -88,8 +88,8 @@ async def test_the_chat_head_rides_with_the_first_bytes() -> None:
     handle.publish(FINISHED)
     writes = [write async for write in turn_stream(handle, frames, 10)]
     assert len(writes) == 1  # role, text, finish and [DONE] ready together: one write
-    assert writes[0].startswith(b'data: {"id"') and b'"role":"assistant"' in writes[0]
-    assert writes[0].endswith(b"data: [DONE]\r\n\r\n")
+    assert writes[0].startswith(b'id: 0\r\ndata: {"id"') and b'"role":"assistant"' in writes[0]
+    assert writes[0].endswith(b"id: 2.2\r\ndata: [DONE]\r\n\r\n")  # finish is 2.1
 
 
 async def test_a_replay_numbers_what_follows_after() -> None:

@@ -105,6 +105,9 @@ class Placement:
     chained: list[str] | None = None
     """A new session's transcript hashes for its visible messages, in order, computed
     before its row was inserted (which carries the last as its head)."""
+    rows: list[NewMessage] | None = None
+    """A new session's log rows, built once for its head (None: `_append` builds them from
+    `new`). Building every row twice was a tenth of a 10,000-message import's writer time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +332,7 @@ class SessionLifecycle:
         lease = new_lease_token()
         # The head goes into the session's own insert: moving it after the messages was
         # one more statement in every new session's opening, on its way to the first token.
-        rows = [m.row for m in req.messages if m.row is not None]
+        rows = [row for m in req.messages if (row := m.row) is not None]
         visible = [v for row in rows if (v := visible_row(row)) is not None]
         chained = chain(seed, visible) if seed else []
         session = self.store.create_session(
@@ -345,14 +348,18 @@ class SessionLifecycle:
             lease_ttl_s=LEASE_TTL_S,
             transcript=(chained[-1], len(chained)) if chained else None,
         )
-        return Placement(session, lease, req.messages, seed, 0, created=True, chained=chained)
+        return Placement(
+            session, lease, req.messages, seed, 0, created=True, chained=chained, rows=rows
+        )
 
     # ------------------------------------------------------------------ appending
 
     def _append(self, place: Placement, req: TurnRequest) -> None:
         """Append the request's new messages, after closing calls nobody will answer."""
         session = place.session
-        rows = [m.row for m in place.new if m.row is not None]
+        rows = place.rows
+        if rows is None:
+            rows = [row for m in place.new if (row := m.row) is not None]
         if not place.created:
             self._close_open_calls(place)
         put_images(
@@ -369,14 +376,14 @@ class SessionLifecycle:
         """Results the request brings must answer open calls; every other open call (a
         crash, a client that moved on) is closed before new messages land after it."""
         session = place.session
-        results = [m for m in place.new if m.row is not None and m.row.role == "tool"]
-        answered = {m.row.tool_call_id for m in results if m.row is not None}
+        # `row` builds the row each time it is read: once per message here.
+        results = [(m, row) for m in place.new if m.role == "tool" and (row := m.row)]
+        answered = {row.tool_call_id for _, row in results}
         unanswered = open_calls(self.store, session.id)
         open_ids = {cid for cid, _ in unanswered}
-        for m in results:
-            assert m.row is not None
-            if m.row.tool_call_id not in open_ids:
-                raise UnknownToolCall(m.row.tool_call_id, param=m.call_param)
+        for m, row in results:
+            if row.tool_call_id not in open_ids:
+                raise UnknownToolCall(row.tool_call_id, param=m.call_param)
         closed = close_unanswered_calls(
             self.store,
             session_id=session.id,

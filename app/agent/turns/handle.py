@@ -21,6 +21,11 @@ from app.agent.turn_context import Mailbox
 REATTACH_GRACE_S = 3.0
 """How long a turn started with an idempotency key outlives its client: long enough for a
 voice cockpit's retry to reattach instead of running the turn's side effects twice."""
+SDK_RETRY_GRACE_S = 10.0
+"""How long a non-streamed turn outlives a client whose SDK retries on its own (it sends
+`x-stainless-retry-count`): the openai SDK waits at most 8 s (jittered down) before its
+next attempt, which then finds this turn running and waits for its answer. Cancelling at
+the hang-up instead ran the whole turn, and its tools, a second time."""
 
 _TEXT, _REASONING, _OTHER = 0, 1, 2
 _TAG_BITS = 2
@@ -123,6 +128,8 @@ class TurnHandle:
         records the turn there); for a turn without one (a relay), as it closes."""
         self.mailbox = Mailbox()
         """Steering messages for the running turn; the turn's context shares it."""
+        self._grace: asyncio.TimerHandle | None = None
+        """The pending cancel of an abandoned turn; a later hang-up restarts it."""
 
     def settled(self, task: asyncio.Future[TurnFinished]) -> None:
         """The task is done: a plain future with its outcome takes its place. A finished
@@ -198,18 +205,23 @@ class TurnHandle:
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
-    def abandon(self) -> None:
-        """The client went away. Without an idempotency key nobody can come back, so stop
-        now; with one, wait briefly for a retry to reattach before cancelling. A turn a
-        reattached retry still watches keeps running."""
+    def abandon(self, grace_s: float = 0.0) -> None:
+        """The client went away. Stop now if nobody can come back; wait `grace_s` (an SDK
+        that retries by itself), or the reattach grace with an idempotency key, for a retry
+        to reattach first. A turn a reattached retry still watches keeps running."""
         if self._queues or self.on_disconnect == "continue":
             return
-        if self.idempotency is None:
+        if self.idempotency is not None:
+            grace_s = max(grace_s, REATTACH_GRACE_S)
+        if grace_s <= 0:
             self.cancel()
             return
-        asyncio.get_running_loop().call_later(REATTACH_GRACE_S, self._cancel_if_unwatched)
+        if self._grace is not None:
+            self._grace.cancel()  # the latest hang-up's grace counts, not the first's
+        self._grace = asyncio.get_running_loop().call_later(grace_s, self._cancel_if_unwatched)
 
     def _cancel_if_unwatched(self) -> None:
+        self._grace = None
         if not self._queues:
             self.cancel()
 

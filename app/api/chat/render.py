@@ -49,7 +49,7 @@ from app.api.chat.wire import (
 )
 from app.api.http.errors import ErrorBody, ErrorResponse
 from app.api.http.hangup import outlasted
-from app.api.http.sse import SSE_SEP, ServerSentEvent
+from app.api.http.sse import SSE_SEP, EventPosition, ServerSentEvent
 from app.api.http.statuses import turn_error_status
 from app.providers.base import ToolCall
 
@@ -341,34 +341,80 @@ def _json_string(text: str) -> str:
         return json.dumps(text, ensure_ascii=False)
 
 
+_IDS = 4096
+_ID_LINES = tuple(f"id: {seq}{SSE_SEP}".encode() for seq in range(_IDS))
+"""The id lines of a stream's first events, made once: most frames are text, and
+formatting a line for each was a visible share of a fast stream's work."""
+
+
+def _id_line(seq: int) -> bytes:
+    return _ID_LINES[seq] if seq < _IDS else f"id: {seq}{SSE_SEP}".encode()
+
+
 class ChatFrames:
     """A chat turn's events as `chat.completion.chunk` frames (`app/api/http/sse.py`'s
-    `TurnFrames`); progress chunks only for a client that asked for them."""
+    `TurnFrames`); progress chunks only for a client that asked for them.
+
+    Every frame carries an SSE `id`: the event's sequence number in the turn (what
+    `/v1/sessions/{id}/events` numbers by), `N.k` for the k-th frame of an event written as
+    several (the end: finish, usage, `[DONE]`), `0` for the role chunk. SDKs ignore the
+    field; a client that lost the connection sends the last one back as `Last-Event-ID` on
+    its retry and receives exactly the frames it missed (`resume`)."""
 
     head_waits = True  # the role chunk says nothing alone: it rides with the first bytes
 
     def __init__(
-        self, renderer: CompletionRenderer, handle: TurnHandle, *, opted_in: Set[str] = frozenset()
+        self,
+        renderer: CompletionRenderer,
+        handle: TurnHandle,
+        *,
+        opted_in: Set[str] = frozenset(),
+        resume: EventPosition | None = None,
     ) -> None:
         self.renderer = renderer
         self.handle = handle
         self.tool_events = "tools" in opted_in
         self.approval_events = "approvals" in opted_in
-        self.head = ServerSentEvent(data=renderer.role_chunk()).encode()
+        if resume is None:
+            self.head = _ID_LINES[0] + ServerSentEvent(data=renderer.role_chunk()).encode()
+            self.after, self._skip = 0, 0
+        else:  # the client has the role chunk (id 0) and everything up to its id
+            self.head = b""
+            self.after = resume.seq - 1 if resume.part else resume.seq
+            self._skip = resume.part
+        self.seq = self.after
+        """The sequence number of the event last rendered; `after` is where it starts."""
 
     def frames(self, event: TurnEvent) -> bytes:
-        if type(event) is TurnText:  # most events: straight to bytes
-            return self.renderer.text_sse(event.text)
-        return b"".join(frame.encode() for frame in self.event_frames(event))
+        seq = self.seq = self.seq + 1
+        if type(event) is TurnText and not self._skip:  # most events: straight to bytes
+            line = _ID_LINES[seq] if seq < _IDS else _id_line(seq)
+            return line + self.renderer.text_sse(event.text)
+        return self._numbered(self.event_frames(event))
 
     async def last(self, event: TurnFinished) -> bytes:
         self.handle.delivered = event.error is None
-        return b"".join(frame.encode() for frame in self.event_frames(event))
+        return self.frames(event)
 
     def left(self) -> None:
         # Stop the work, unless an idempotency key lets a retry reattach within the grace
         # period (the handle knows).
         self.handle.abandon()
+
+    def _numbered(self, frames: list[ServerSentEvent]) -> bytes:
+        """The event's frames with their ids, less those a resuming client already read.
+        The id line goes in front of each frame's bytes: where `ServerSentEvent` writes it
+        for a frame with neither comment nor event name, as all of chat's are."""
+        seq = self.seq
+        if not frames:  # an event this client did not ask to see (a tool's progress)
+            self._skip = 0
+            return b""
+        if len(frames) == 1:
+            ids = [_id_line(seq)]
+        else:
+            ids = [f"id: {seq}.{part}{SSE_SEP}".encode() for part in range(1, len(frames) + 1)]
+        skip, self._skip = self._skip, 0
+        return b"".join(i + f.encode() for i, f in zip(ids[skip:], frames[skip:], strict=True))
 
     def event_frames(self, event: TurnEvent) -> list[ServerSentEvent]:
         """The frames one turn event becomes (none for events this client did not ask for)."""
@@ -408,22 +454,29 @@ async def _collect(handle: TurnHandle) -> tuple[str, tuple[ToolCall, ...], TurnF
 
 
 async def json_completion(
-    request: Request, handle: TurnHandle, renderer: CompletionRenderer, headers: dict[str, str]
+    request: Request,
+    handle: TurnHandle,
+    renderer: CompletionRenderer,
+    headers: dict[str, str],
+    *,
+    grace_s: float = 0.0,
 ) -> Response:
-    """The whole completion once the turn ends; 499 (the turn stopped) if the client hangs
-    up first."""
+    """The whole completion once the turn ends; 499 if the client hangs up first. The turn
+    then stops once no retry can come: at once, or after `grace_s` for a client whose SDK
+    retries by itself (`Retry.hangup_grace_s`)."""
     collect = asyncio.ensure_future(_collect(handle))
     try:
         done = await outlasted(request, collect)
     except asyncio.CancelledError:
-        handle.abandon()
+        handle.abandon(grace_s)
         raise
     if not done:
-        # The client hung up (an SDK timeout): stop the turn as a stream would, so its
-        # retry does not find the first attempt still running tools beside it.
+        # The client hung up (an SDK timeout). Its SDK's retry reattaches to this turn
+        # within the grace and waits for the same answer; a client that cannot retry
+        # leaves nobody to answer, so the turn stops as a stream's would.
         collect.cancel()
         await asyncio.gather(collect, return_exceptions=True)
-        handle.abandon()
+        handle.abandon(grace_s)
         return Response(status_code=499)
     text, calls, finished = collect.result()
     headers = {

@@ -20,7 +20,7 @@ from app.api.http.deps import authenticate, holding_turn_slot, read_limited_body
 from app.api.http.direct import DirectRoute
 from app.api.http.errors import ApiError, validation_error
 from app.api.http.owned import check_binding
-from app.api.http.sse import EventSourceResponse, opted_in, turn_stream
+from app.api.http.sse import EventSourceResponse, last_event_id, opted_in, turn_stream
 from app.api.retries import retry_of
 from app.api.turn_serving import Asked
 from app.security.principal import CHAT
@@ -68,13 +68,11 @@ async def chat_completions(request: Request) -> Response:
     serving = chat_serving(request)
     profile = serving.resolve_profile(chat.model)
     strategy, on_disconnect = busy_strategy(request, profile), disconnect_policy(request, profile)
+    retry = retry_of(request, raw)
+    resume_at = last_event_id(request.headers)  # refused before anything starts if malformed
     with holding_turn_slot(state, principal, end_user=on_behalf.end_user) as slot:
         started = await serving.answer(
-            chat,
-            Asked(principal, on_behalf),
-            session_id,
-            retry=retry_of(request, raw),
-            strategy=strategy,
+            chat, Asked(principal, on_behalf), session_id, retry=retry, strategy=strategy
         )
     if isinstance(started, Steered):
         slot.release()  # the message joined a turn that already holds its own slot
@@ -86,7 +84,10 @@ async def chat_completions(request: Request) -> Response:
         headers["X-Courier-Ignored"] = ", ".join(ignored)
     renderer = CompletionRenderer.of(chat, started.handle)
     if not chat.stream:
-        return await json_completion(request, started.handle, renderer, headers)
-    frames = ChatFrames(renderer, started.handle, opted_in=opted_in(request.headers))
-    stream = turn_stream(started.handle, frames, state.settings.keepalive_s)
+        grace_s = retry.hangup_grace_s
+        return await json_completion(request, started.handle, renderer, headers, grace_s=grace_s)
+    # A position only means something on the turn it came from: a new turn starts over.
+    resume = resume_at if started.reattached else None
+    frames = ChatFrames(renderer, started.handle, opted_in=opted_in(request.headers), resume=resume)
+    stream = turn_stream(started.handle, frames, state.settings.keepalive_s, after=frames.after)
     return EventSourceResponse(stream, headers=headers)

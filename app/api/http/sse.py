@@ -19,13 +19,14 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
-from typing import Protocol, cast
+from typing import NamedTuple, Protocol, cast
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.agent.events import TurnEvent, TurnFinished
 from app.agent.turns.handle import TurnHandle
+from app.api.http.errors import ApiError
 
 SSE_SEP = "\r\n"
 """The line end of every frame Courier encodes (sse-starlette's default, so the bytes on
@@ -72,6 +73,34 @@ class ServerSentEvent:
 
 
 KEEPALIVE = ServerSentEvent(comment="keepalive").encode()
+
+
+class EventPosition(NamedTuple):
+    """Where a client stopped reading, from its `Last-Event-ID`: after the `seq`-th event,
+    or inside it, after that event's first `part` frames (`id: seq.part`)."""
+
+    seq: int
+    part: int = 0
+
+
+_POSITION = re.compile(r"(\d{1,18})(?:\.(\d{1,9}))?")
+
+
+def last_event_id(headers: Mapping[str, str]) -> EventPosition | None:
+    """The `Last-Event-ID` a reconnecting client sends (`N` or `N.k`, as Courier numbers
+    its frames), None when absent. Anything else is refused: guessing a position could
+    repeat or skip frames the client relies on."""
+    raw = headers.get("last-event-id")
+    if raw is None:
+        return None
+    found = _POSITION.fullmatch(raw.strip())
+    if found is None:
+        raise ApiError(
+            400,
+            "Last-Event-ID must be an event id this server sent (N or N.k)",
+            param="Last-Event-ID",
+        )
+    return EventPosition(int(found[1]), int(found[2] or 0))
 
 
 class FinalFrame(bytes):

@@ -366,17 +366,23 @@ class ResponseFrames:
 
 
 async def json_answer(
-    request: Request, handle: TurnHandle, done: Recording, headers: dict[str, str]
+    request: Request,
+    handle: TurnHandle,
+    done: Recording,
+    headers: dict[str, str],
+    *,
+    grace_s: float = 0.0,
 ) -> Response:
-    """The whole Response once it is recorded; 499 (the turn stopped, the cancelled
-    response still stored) if the client hangs up first (an SDK timeout)."""
+    """The whole Response once it is recorded; 499 if the client hangs up first (an SDK
+    timeout). The turn stops once no retry can come (`grace_s`, as chat's `json_completion`);
+    a cancelled response is still stored."""
     try:
         recorded = await outlasted(request, done)
     except asyncio.CancelledError:
-        handle.abandon()
+        handle.abandon(grace_s)
         raise
     if not recorded:
-        handle.abandon()
+        handle.abandon(grace_s)
         return Response(status_code=499)
     final, finished = done.result()
     if finished.error is not None and not final["output"]:

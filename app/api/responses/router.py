@@ -69,7 +69,9 @@ async def create_response(request: Request) -> Response:
     slot.bind(run.handle.task)
     headers = run.shell.headers()
     if not body.stream:
-        return await json_answer(request, run.handle, run.done, headers)
+        return await json_answer(
+            request, run.handle, run.done, headers, grace_s=retry.hangup_grace_s
+        )
     tools = "tools" in opted_in(request.headers)
     frames = ResponseFrames(run.shell, run.handle, run.done, tool_events=tools)
     stream = turn_stream(run.handle, frames, state.settings.keepalive_s)
