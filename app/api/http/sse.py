@@ -83,22 +83,25 @@ class EventPosition(NamedTuple):
     part: int = 0
 
 
-_POSITION = re.compile(r"(\d{1,18})(?:\.(\d{1,9}))?")
+# ASCII digits only (`\d` would take "²" or Arabic-Indic digits), within a 64-bit integer.
+_POSITION = re.compile(r"([0-9]{1,18})(?:\.([0-9]{1,18}))?")
 
 
 def last_event_id(headers: Mapping[str, str]) -> EventPosition | None:
     """The `Last-Event-ID` a reconnecting client sends (`N` or `N.k`, as Courier numbers
-    its frames), None when absent. Anything else is refused: guessing a position could
-    repeat or skip frames the client relies on."""
+    its frames), None when absent or empty (an EventSource sends "" for none received).
+    Anything else is refused: guessing a position could repeat or skip frames the client
+    relies on."""
     raw = headers.get("last-event-id")
-    if raw is None:
+    if not raw:
         return None
-    found = _POSITION.fullmatch(raw.strip())
+    found = _POSITION.fullmatch(raw)
     if found is None:
         raise ApiError(
             400,
             "Last-Event-ID must be an event id this server sent (N or N.k)",
             param="Last-Event-ID",
+            code="invalid_last_event_id",
         )
     return EventPosition(int(found[1]), int(found[2] or 0))
 

@@ -10,16 +10,15 @@ follows it live, so a client that dropped loses nothing.
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Query, Request
 
 from app.agent.turns.handle import TurnHandle
 from app.api.http.deps import StateDep
 from app.api.http.errors import ApiError
 from app.api.http.owned import ChatSession
-from app.api.http.sse import EventSourceResponse, turn_stream
+from app.api.http.sse import EventPosition, EventSourceResponse, last_event_id, turn_stream
 from app.api.sessions.events import ReplayFrames
 from app.api.state import AppState
 from app.db.turn_store import TurnSummary, session_turns
@@ -105,39 +104,26 @@ async def list_turns(
     }
 
 
-_EVENT_NUMBER = re.compile(r"[0-9]{1,18}")
-"""A sequence number as this server writes it: ASCII digits, within a 64-bit integer."""
-
-
-def resume_after(after: int, last_event_id: str | None) -> int:
+def resume_after(after: int, position: EventPosition | None) -> int:
     """Where a reconnecting client resumes: after the later of `after=` and the
     `Last-Event-ID` its EventSource sends (the id of the last event it got). `N.k` (event
     N cut after its k-th frame, as a chat stream numbers a many-frame event) resumes at N
-    itself. An empty id is none received; anything else is refused, not guessed at: a
-    wrong guess replays events twice or skips them."""
-    if not last_event_id:
+    itself."""
+    if position is None:
         return after
-    whole, dot, part = last_event_id.partition(".")
-    if not (_EVENT_NUMBER.fullmatch(whole) and (not dot or _EVENT_NUMBER.fullmatch(part))):
-        raise ApiError(
-            400,
-            "Last-Event-ID must be the id of an event this stream sent (N or N.k)",
-            param="Last-Event-ID",
-            code="invalid_last_event_id",
-        )
-    return max(after, int(whole) - 1 if dot else int(whole))
+    return max(after, position.seq - 1 if position.part else position.seq)
 
 
 @router.get("/v1/sessions/{session_id}/events")
 async def turn_events(
+    request: Request,
     session: ChatSession,
     state: StateDep,
     after: Annotated[int, Query(ge=0)] = 0,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
     """Events after `after` or the `Last-Event-ID` header (the SSE `id` is the sequence
     number), then the live ones; ends after `finished`."""
-    after = resume_after(after, last_event_id)
+    after = resume_after(after, last_event_id(request.headers))
     handle = state.turns.latest_for(session.id)
     if handle is None:
         raise ApiError(
