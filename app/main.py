@@ -39,6 +39,7 @@ from app.api.http.head import HeadAsGet
 from app.api.http.request_log import RequestLogMiddleware
 from app.api.http.security_headers import SECURITY_HEADERS, SecurityHeaders
 from app.api.responses import router as responses
+from app.api.responses.remote_mcp import RemoteMcp
 from app.api.responses.serving import ResponsesServing
 from app.api.retries import DurableKeys
 from app.api.sessions import router as sessions
@@ -162,7 +163,15 @@ def install_endpoints(app: FastAPI, turn_serving: TurnServing) -> None:
         setup=turn_serving.setup,
         turns=turn_serving.turns,
     )
-    responses_serving = ResponsesServing(turn_serving=turn_serving, sessions=sessions_service)
+    responses_serving = ResponsesServing(
+        turn_serving=turn_serving,
+        sessions=sessions_service,
+        remote_mcp=RemoteMcp(
+            url_allow=(settings := turn_serving.setup.settings).mcp_url_allow,
+            connect_timeout_s=settings.mcp_connect_timeout_s,
+            call_timeout_s=settings.mcp_call_timeout_s,
+        ),
+    )
     setattr(app.state, responses.SERVING, responses_serving)
 
 

@@ -86,6 +86,41 @@ class ClientToolCalls:
 
 
 @dataclass(frozen=True, slots=True)
+class RemoteMcpCall:
+    """A call to a tool of a server the Responses request declared (its `mcp` tool)
+    starts: the client sees it as an `mcp_call` item."""
+
+    call_id: str
+    server_label: str
+    name: str
+    """The server's own name for the tool, not the model's `mcp__...` one."""
+    arguments: str
+    approval_request_id: str | None = None
+    kind: Literal["remote_mcp_call"] = "remote_mcp_call"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteMcpResult:
+    call_id: str
+    output: str | None
+    """The server's text, unfenced (the model reads it fenced)."""
+    error: str | None = None
+    """The spec's `mcp_call.error` object, as JSON."""
+    kind: Literal["remote_mcp_result"] = "remote_mcp_result"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteMcpApproval:
+    """A remote call held for the client's `mcp_approval_response`: the turn ends with it."""
+
+    call_id: str
+    server_label: str
+    name: str
+    arguments: str
+    kind: Literal["remote_mcp_approval"] = "remote_mcp_approval"
+
+
+@dataclass(frozen=True, slots=True)
 class TurnError:
     """Why a turn failed, in terms a client may see: never internals or upstream keys."""
 
@@ -122,4 +157,7 @@ TurnEvent = (
     | ApprovalResolved
     | ClientToolCalls
     | TurnFinished
+    | RemoteMcpCall
+    | RemoteMcpResult
+    | RemoteMcpApproval
 )

@@ -64,6 +64,17 @@ class UnknownToolCall(Refused):
         )
 
 
+class RemoteServerUndeclared(Refused):
+    code = "mcp_server_not_declared"
+
+    def __init__(self, name: str, *, param: str) -> None:
+        super().__init__(
+            f"the approved call is to '{name}', whose mcp server this request does not "
+            "declare in its tools; declare it again (tools are not inherited)",
+            param=param,
+        )
+
+
 class UnknownToolChoice(Refused):
     code = "invalid_tool_choice"
 

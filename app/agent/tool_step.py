@@ -6,17 +6,24 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
 from app.agent.context.context_files import ContextWatch
-from app.agent.events import ToolFinished, ToolStarted, TurnEvent
+from app.agent.events import (
+    RemoteMcpCall,
+    RemoteMcpResult,
+    ToolFinished,
+    ToolStarted,
+    TurnEvent,
+)
 from app.db.store import NewMessage, Store
 from app.providers.base import ToolCall
 from app.tools.call_repair import repair_json_arguments, resolve_tool_name
 from app.tools.dispatch import Guard, dispatch
+from app.tools.mcp.remote import RemoteOutcome, RemoteTool, approval_id, error_json, execution_error
 from app.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
 from app.tools.spill import SpillInput, budgets, spill
 
@@ -57,6 +64,15 @@ def split_calls(
     return server, tuple(c for c in calls if c.name in client)
 
 
+def hold_calls(
+    calls: tuple[ToolCall, ...], held: frozenset[str]
+) -> tuple[tuple[ToolCall, ...], tuple[ToolCall, ...]]:
+    """(calls to run, remote calls that wait for the client's approval)."""
+    if not held:
+        return calls, ()
+    return tuple(c for c in calls if c.name not in held), tuple(c for c in calls if c.name in held)
+
+
 def limit_parallel(
     calls: tuple[ToolCall, ...], client: frozenset[str], *, allowed: bool | None
 ) -> tuple[ToolCall, ...]:
@@ -66,6 +82,13 @@ def limit_parallel(
         return calls
     first_client = next((c for c in calls if c.name in client), None)
     return tuple(c for c in calls if c.name not in client or c is first_client)
+
+
+def _remote_result(call: ToolCall, outcome: ToolOutcome) -> RemoteMcpResult:
+    if isinstance(outcome, RemoteOutcome):
+        return RemoteMcpResult(call.id, outcome.output, error_json(outcome.error))
+    # Answered before the server was reached (bad arguments, a refusal): Courier's words.
+    return RemoteMcpResult(call.id, None, error_json(execution_error(outcome.content)))
 
 
 def _parses(raw: str) -> bool:
@@ -89,6 +112,11 @@ class BatchRunner:
     watch: ContextWatch | None = None
     """The workspace's context files, read around each batch: a change a tool made is held
     for a person's approval (app/agent/context/context_files.py)."""
+    remote: Mapping[str, RemoteTool] = field(default_factory=dict)
+    """The request's remote MCP tools by model name: their calls are rendered as
+    `mcp_call` items (RemoteMcpCall / RemoteMcpResult)."""
+    approved: frozenset[str] = frozenset()
+    """Call ids the client approved (an `mcp_call`'s approval_request_id)."""
     spill_used: int = 0
     """Characters of tool output already put in front of the model this turn."""
     _started: dict[int, float] = field(default_factory=dict)
@@ -119,6 +147,9 @@ class BatchRunner:
     def _on_start(self, index: int, call: ToolCall) -> None:
         self._started[index] = time.monotonic()
         self.emit(ToolStarted(call.id, call.name))
+        if (remote := self.remote.get(call.name)) is not None:
+            asked = approval_id(call.id) if call.id in self.approved else None
+            self.emit(RemoteMcpCall(call.id, remote.label, remote.raw, call.arguments, asked))
 
     async def _on_result(self, index: int, call: ToolCall, outcome: ToolOutcome) -> None:
         # Committed as it arrives, on the store's writer thread: a crash later in the batch
@@ -128,6 +159,8 @@ class BatchRunner:
         started = self._started.get(index, time.monotonic())
         duration_ms = (time.monotonic() - started) * 1000
         self.emit(ToolFinished(call.id, call.name, outcome.is_error, duration_ms))
+        if call.name in self.remote:
+            self.emit(_remote_result(call, outcome))
 
     async def _in_unit(
         self, index: int, call: ToolCall, tool: Tool, args: dict[str, Any]

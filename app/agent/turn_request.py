@@ -9,7 +9,7 @@ the chat path cannot disagree about what a message means.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Literal
 
@@ -18,6 +18,7 @@ from app.config import Profile
 from app.db.chat_store import StoredImage
 from app.db.store import NewMessage
 from app.providers.base import OutputFormat, Provider, SamplingParams, ToolChoice, ToolSpec
+from app.tools.mcp.remote import RemoteTools
 
 Role = Literal["user", "assistant", "tool", "system", "developer", "function"]
 
@@ -93,6 +94,9 @@ class TurnRequest:
     session_param: str = "session_id"
     """Where the client named the session, for the 404 that refuses it
     (`previous_response_id` on the Responses API)."""
+    remote: RemoteTools = field(default_factory=RemoteTools)
+    """The Responses request's own MCP servers' tools, for this turn only, and the held
+    calls the client approved."""
 
     def rows(self, start: int = 0) -> list[NewMessage]:
         return [row for m in self.messages[start:] if (row := m.row) is not None]

@@ -46,6 +46,7 @@ from app.agent.opening.tool_snapshot import (
 )
 from app.agent.refusals import (
     ProfileGone,
+    RemoteServerUndeclared,
     SessionNotFound,
     SpendRefused,
     UnknownToolCall,
@@ -76,7 +77,7 @@ from app.db.models import SessionRow
 from app.db.session_query import is_retracted
 from app.db.store import NewMessage, Store
 from app.observe.metrics import Metrics
-from app.providers.base import ToolSpec
+from app.providers.base import ToolCall, ToolSpec
 from app.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,8 @@ class Placement:
     rows: list[NewMessage] | None = None
     """A new session's log rows, built once for its head (None: `_append` builds them from
     `new`). Building every row twice was a tenth of a 10,000-message import's writer time."""
+    approved: tuple[ToolCall, ...] = ()
+    """Held remote MCP calls the request approves: kept open, run first by the turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +364,7 @@ class SessionLifecycle:
         if rows is None:
             rows = [row for m in place.new if (row := m.row) is not None]
         if not place.created:
-            self._close_open_calls(place)
+            self._close_open_calls(place, req)
         put_images(
             self.store, session_id=session.id, images=[i for m in place.new for i in m.images]
         )
@@ -372,18 +375,21 @@ class SessionLifecycle:
         if req.instructions and not place.created:
             self._refresh_instructions(place, req.instructions)
 
-    def _close_open_calls(self, place: Placement) -> None:
+    def _close_open_calls(self, place: Placement, req: TurnRequest) -> None:
         """Results the request brings must answer open calls; every other open call (a
         crash, a client that moved on) is closed before new messages land after it."""
         session = place.session
         # `row` builds the row each time it is read: once per message here.
         results = [(m, row) for m in place.new if m.role == "tool" and (row := m.row)]
-        answered = {row.tool_call_id for _, row in results}
+        answered: set[str | None] = {row.tool_call_id for _, row in results}
         unanswered = open_calls(self.store, session.id)
         open_ids = {cid for cid, _ in unanswered}
         for m, row in results:
             if row.tool_call_id not in open_ids:
                 raise UnknownToolCall(row.tool_call_id, param=m.call_param)
+        if req.remote.approved:
+            place.approved = self._approved_calls(place, req, open_ids)
+            answered |= {call.id for call in place.approved}
         closed = close_unanswered_calls(
             self.store,
             session_id=session.id,
@@ -395,6 +401,27 @@ class SessionLifecycle:
         )
         if closed:
             log.warning("session %s: closed %d interrupted tool call(s)", session.id, closed)
+
+    def _approved_calls(
+        self, place: Placement, req: TurnRequest, open_ids: set[str]
+    ) -> tuple[ToolCall, ...]:
+        """The held calls the request approves, as the model made them; each must be open
+        and its server declared again by this request (tools are not inherited)."""
+        made = {
+            call["id"]: call
+            for row in self.store.active_messages(session_id=place.session.id)
+            if row.role == "assistant"
+            for call in row.tool_calls
+        }
+        approved: list[ToolCall] = []
+        for call_id, param in req.remote.approved:
+            call = made.get(call_id)
+            if call_id not in open_ids or call is None:
+                raise UnknownToolCall(call_id, param=param)
+            if call["name"] not in req.remote.named:
+                raise RemoteServerUndeclared(call["name"], param=param)
+            approved.append(ToolCall(call_id, call["name"], call.get("arguments", "")))
+        return tuple(approved)
 
     def _track_visible(self, place: Placement, rows: list[NewMessage], ids: list[int]) -> None:
         """Chain the new visible messages onto the session's transcript index."""
@@ -491,7 +518,10 @@ class SessionLifecycle:
             session.tool_snapshot = snapshot
         if extra := self.tools.extra_toolsets(req.profile.name, session.owner):
             snapshot = self._follow_mcp_servers(req, place, extra)
-        client = req.client_tools
+        # The request's remote MCP tools ride with the client's: both are the request's
+        # to change, and a change is the same named break.
+        remote = tuple(sorted((t.spec() for t in req.remote.tools), key=lambda s: s.name))
+        client = (*remote, *req.client_tools)
         serialised = serialise_specs(client)
         if serialised != session.client_tools and not place.created:
             self.store.set_client_context(
@@ -555,11 +585,14 @@ class SessionLifecycle:
         specs = self._tool_specs(req, place)
         check_tool_choice(req.tool_choice, specs)
         allowed = snapshot_names(session.tool_snapshot)
+        tools = self.tools.restricted_to(allowed)
+        if req.remote.tools:
+            tools = tools.with_tools(req.remote.tools)
         return TurnContext(
             store=self.store,
             provider=self.profiles.provider(profile),
             # The snapshot is the allowlist: a hidden tool is an unknown tool to this turn.
-            tools=self.tools.restricted_to(allowed),
+            tools=tools,
             profile=profile,
             session_id=session.id,
             owner=owner,
@@ -596,6 +629,8 @@ class SessionLifecycle:
             parallel_tool_calls=req.parallel_tool_calls,
             output_format=req.output_format,
             fallbacks=self.profiles.fallback_routes(profile),
+            remote=req.remote,
+            approved=place.approved,
         )
 
 

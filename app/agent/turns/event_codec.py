@@ -11,6 +11,9 @@ from app.agent.events import (
     ApprovalRequested,
     ApprovalResolved,
     ClientToolCalls,
+    RemoteMcpApproval,
+    RemoteMcpCall,
+    RemoteMcpResult,
     ToolFinished,
     ToolStarted,
     TurnError,
@@ -81,8 +84,21 @@ def encode(event: TurnEvent) -> dict[str, Any]:
                 "tools_ran": event.tools_ran,
                 "routes": list(event.routes),
             }
+        case RemoteMcpCall() | RemoteMcpResult() | RemoteMcpApproval():
+            return {"kind": event.kind, **_fields(event)}
         case _:
             assert_never(event)
+
+
+def _fields(event: RemoteMcpCall | RemoteMcpResult | RemoteMcpApproval) -> dict[str, Any]:
+    return {k: getattr(event, k) for k in event.__dataclass_fields__ if k != "kind"}
+
+
+_REMOTE: dict[str, type[RemoteMcpCall | RemoteMcpResult | RemoteMcpApproval]] = {
+    "remote_mcp_call": RemoteMcpCall,
+    "remote_mcp_result": RemoteMcpResult,
+    "remote_mcp_approval": RemoteMcpApproval,
+}
 
 
 def _error_out(error: TurnError | None) -> dict[str, Any] | None:
@@ -133,6 +149,8 @@ def decode(raw: dict[str, Any]) -> TurnEvent:
             tools_ran=raw["tools_ran"],
             routes=tuple(raw["routes"]),
         )
+    if (remote := _REMOTE.get(kind)) is not None:
+        return remote(**{k: v for k, v in raw.items() if k != "kind"})
     raise ValueError(f"unknown turn event kind {kind!r}")
 
 

@@ -15,16 +15,17 @@ import json
 import logging
 from dataclasses import dataclass
 
-from app.agent.events import ClientToolCalls, TurnFinished, TurnText
+from app.agent.events import TurnFinished
 from app.agent.turns.handle import TurnHandle
 from app.agent.turns.manager import IDEMPOTENCY_TTL_S, RETRY_WINDOW_S, SessionBusy
 from app.api.chat.render import usage_out
 from app.api.http.errors import ApiError
 from app.api.http.owned import visible_response
+from app.api.responses.remote_mcp import RemoteMcp
 from app.api.responses.render import (
     Recording,
     ResponseShell,
-    output_items,
+    output_of,
     response_error,
     response_usage,
     status_of,
@@ -36,7 +37,6 @@ from app.api.sessions.service import SessionService
 from app.api.turn_serving import Asked, TurnServing
 from app.db import session_query as q
 from app.db.session_models import ResponseRow
-from app.providers.base import ToolCall
 from app.providers.pricing import Cost
 from app.providers.usage import Usage
 from app.security.principal import Principal
@@ -56,9 +56,16 @@ class ResponseRun:
 
 
 class ResponsesServing:
-    def __init__(self, *, turn_serving: TurnServing, sessions: SessionService) -> None:
+    def __init__(
+        self,
+        *,
+        turn_serving: TurnServing,
+        sessions: SessionService,
+        remote_mcp: RemoteMcp | None = None,
+    ) -> None:
         self.turn_serving = turn_serving
         self.sessions = sessions
+        self.remote_mcp = remote_mcp or RemoteMcp()
         self.store = turn_serving.store
         self._runs: dict[str, ResponseRun] = {}
         """Running responses by turn id: a retried request reattaches to its twin's turn
@@ -68,16 +75,20 @@ class ResponsesServing:
         self, request: ResponseCreateRequest, asked: Asked, *, retry: Retry
     ) -> ResponseRun:
         translated = translate(request)  # every 400 before a session is forked
+        await self.remote_mcp.check_urls(translated)
         if ignored := request.ignored_fields():
             log.info("responses: ignoring unsupported request fields: %s", ", ".join(ignored))
         session_id = self._continued_session(request, asked)
+        remote, listings = await self.remote_mcp.prepare(
+            translated, self.store, previous=request.previous_response_id
+        )
         first = q.max_message_id(self.store, session_id=session_id) + 1 if session_id else 0
         started = await self.turn_serving.start(
             asked,
             retry,
             model=request.model,
             translate=lambda profile: translated.turn_request(
-                asked, session_id=session_id, profile=profile
+                asked, session_id=session_id, profile=profile, remote=remote
             ),
         )
         if (seen := self._runs.get(started.handle.turn_id)) is not None:
@@ -87,6 +98,7 @@ class ResponsesServing:
             model=request.model,
             request=request,
             session_id=started.session_id,
+            listings=tuple(listing.item() for listing in listings),
         )
         done = asyncio.create_task(
             self._record(
@@ -159,15 +171,8 @@ class ResponsesServing:
             cost=Cost.zero(),
             upstream_calls=0,
         )
-        text: list[str] = []
-        calls: tuple[ToolCall, ...] = ()
-        for event in handle.history():
-            if isinstance(event, TurnText):
-                text.append(event.text)
-            elif isinstance(event, ClientToolCalls):
-                calls = event.calls
         status = status_of(finished)
-        output = output_items(shell.message_id, "".join(text), calls, status)
+        output = output_of(shell, handle.history(), status)
         courier = usage_out(finished).courier.model_dump(mode="json")
         final = shell.body(
             status=status,
