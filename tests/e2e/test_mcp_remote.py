@@ -442,3 +442,24 @@ def test_an_approval_beside_a_new_message_or_without_a_chain_is_a_400(
         remote.client().responses.create(model="courier", tools=[remote.tool()], input=[answer])
     assert isinstance(alone.value.body, dict)
     assert alone.value.body["param"] == "previous_response_id"
+
+
+def test_tool_choice_names_a_remote_tool(remote: Remote, sim: Simulator) -> None:
+    sim.script([{"reply": {"text": "chosen"}}])
+    remote.client().responses.create(
+        model="courier",
+        input="use echo",
+        tools=[remote.tool(require_approval="never")],
+        tool_choice={"type": "mcp", "server_label": "tb", "name": "echo"},
+    )
+    body = json.loads(sim.requests()[-1]["body"])
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "mcp__tb__echo"}}
+    with pytest.raises(BadRequestError) as refused:
+        remote.client().responses.create(
+            model="courier",
+            input="use a tool the server does not list",
+            tools=[remote.tool(require_approval="never")],
+            tool_choice={"type": "mcp", "server_label": "tb", "name": "no_such_tool"},
+        )
+    assert isinstance(refused.value.body, dict)
+    assert refused.value.body["param"] == "tool_choice"

@@ -46,6 +46,7 @@ from app.api.turn_serving import Asked
 from app.config import Profile
 from app.db.chat_store import StoredImage
 from app.providers.base import OutputFormat, SamplingParams, ToolChoice, ToolSpec
+from app.tools.mcp.names import model_names
 from app.tools.mcp.remote import RemoteServer, RemoteTools, ToolFilter, call_of
 
 INPUT = "input"
@@ -204,11 +205,35 @@ def tool_choice(choice: Any) -> ToolChoice:
         if isinstance(name, str) and name:
             return name
         raise ApiError(400, "tool_choice.name is required", param="tool_choice.name")
+    if kind == "mcp":
+        return _mcp_choice(choice)
     raise ApiError(
         400,
-        "tool_choice must be auto, none, required or {type: function, name}",
+        "tool_choice must be auto, none, required, {type: function, name} or "
+        "{type: mcp, server_label, name}",
         param="tool_choice",
     )
+
+
+def _mcp_choice(choice: dict[str, Any]) -> str:
+    """`{type: mcp, server_label, name}`: that tool, by the name the model knows it by
+    (checked against the turn's tools when it opens, as a function's name is)."""
+    label, name = choice.get("server_label"), choice.get("name")
+    if not isinstance(label, str) or not _LABEL.match(label):
+        raise ApiError(
+            400, "tool_choice.server_label is required", param="tool_choice.server_label"
+        )
+    if not isinstance(name, str) or not name:
+        # Any tool of one server cannot be asked of every upstream: name the tool.
+        raise ApiError(
+            400,
+            "tool_choice of type mcp needs the tool's name",
+            param="tool_choice.name",
+            code="unsupported_parameter",
+        )
+    server = RemoteServer(label, "")
+    [model_name] = model_names(server.prefix, [name])
+    return model_name
 
 
 def output_format(request: ResponseCreateRequest) -> OutputFormat | None:
