@@ -463,3 +463,24 @@ def test_tool_choice_names_a_remote_tool(remote: Remote, sim: Simulator) -> None
         )
     assert isinstance(refused.value.body, dict)
     assert refused.value.body["param"] == "tool_choice"
+
+
+def test_a_server_echoing_the_callers_token_does_not_get_it_stored(
+    remote: Remote, sim: Simulator
+) -> None:
+    sim.script(
+        [
+            {"reply": {"tool_calls": [call("mcp__tb__echo", text=f"token {HEADER_SECRET}")]}},
+            {"reply": {"text": "echoed"}},
+        ]
+    )
+    response = remote.client().responses.create(
+        model="courier",
+        input="echo it",
+        tools=[remote.tool(require_approval="never", authorization=HEADER_SECRET)],
+    )
+    mcp_call = response.output[1]
+    assert isinstance(mcp_call, McpCall) and mcp_call.output is not None
+    assert mcp_call.output == "toolbox echo: token [redacted]"
+    (result,) = tool_results(sim)
+    assert HEADER_SECRET not in result and "[redacted]" in result

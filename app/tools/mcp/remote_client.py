@@ -104,6 +104,21 @@ async def list_tools(
     return Listing(item_id, server.label, tuple(_listed(t) for t in tools))
 
 
+REDACT_MIN_CHARS = 8
+"""Shorter header values (a team name, `1`) would redact ordinary words."""
+
+
+def _redacted(text: str, server: RemoteServer) -> str:
+    """The result without the caller's header values: a server that echoes the token it
+    was sent must not put it in the log, the prompt or the client's output."""
+    for _name, value in server.headers:
+        token = value.removeprefix("Bearer ").strip()
+        for secret in {value, token}:
+            if len(secret) >= REDACT_MIN_CHARS:
+                text = text.replace(secret, "[redacted]")
+    return text
+
+
 def _listed(tool: Tool) -> ListedTool:
     hints = tool.annotations
     annotations = hints.model_dump(by_alias=True, exclude_none=True) if hints else None
@@ -144,7 +159,7 @@ async def call_tool(
         text = f"MCP server {server.label} could not be called: {why}"
         error = {"type": "mcp_protocol_error", "code": -32000, "message": why}
         return RemoteOutcome(fence(f"error: {text}", source, kind=KIND), True, error=error)
-    text = result_text(result)
+    text = _redacted(result_text(result), server)
     fenced = fence(text, source, kind=KIND)
     if result.is_error:
         return RemoteOutcome(fenced, True, error=execution_error(text[:MAX_OUTPUT_CHARS]))
