@@ -138,7 +138,9 @@ def known_secrets(settings: Settings) -> list[str]:
     return [v.get_secret_value() for v in values if v is not None] + (mcp.secrets() if mcp else [])
 
 
-async def start_mcp(settings: Settings, tools: ToolRegistry, metrics: Metrics) -> McpHub | None:
+async def start_mcp(
+    settings: Settings, tools: ToolRegistry, metrics: Metrics, store: Store | None = None
+) -> McpHub | None:
     """The MCP servers' hub, started, when a servers file is configured. The SDK is
     imported only then, and in a thread: it takes a second or two, and boot waits for no
     server (each connects in its own task)."""
@@ -146,7 +148,7 @@ async def start_mcp(settings: Settings, tools: ToolRegistry, metrics: Metrics) -
     if mcp is None:
         return None
     hub_module = await asyncio.to_thread(importlib.import_module, "app.tools.mcp.hub")
-    hub: McpHub = hub_module.McpHub(mcp, settings=settings, registry=tools)
+    hub: McpHub = hub_module.McpHub(mcp, settings=settings, registry=tools, store=store)
     metrics.registry.register(hub_module.McpCollector(hub))
     hub.start()
     return hub
@@ -202,7 +204,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # the terminal tool is offered and, if not, why (a container without the options).
     await asyncio.to_thread(sandbox_status)
     tools = _tool_registry(settings, metrics)
-    app.state.mcp = await start_mcp(settings, tools, metrics)
+    app.state.mcp = await start_mcp(settings, tools, metrics, store)
     auth = build_authenticator(settings)
     approvals = build_gate(settings, store, auth)
     turn_serving = TurnServing(
