@@ -35,7 +35,7 @@ from app.providers.base import (
 )
 from app.providers.pricing import Cost, PriceOverride
 from app.providers.usage import Usage
-from app.tools.mcp.remote import RemoteTools
+from app.tools.mcp.remote import NO_REMOTE_TOOLS, RemoteTools
 from app.tools.registry import ToolContext, ToolRegistry
 
 
@@ -104,7 +104,7 @@ class TurnContext:
     """The session's end user under `owner` ("" for none): the tools' and the ledger's scope."""
     bound_session: str | None = None
     """The session a session-bound token that runs the turn is bound to (None otherwise)."""
-    remote: RemoteTools = field(default_factory=RemoteTools)
+    remote: RemoteTools = NO_REMOTE_TOOLS
     """The Responses request's remote MCP tools (app/tools/mcp/remote.py)."""
     approved: tuple[ToolCall, ...] = ()
     """Held remote calls the client approved: they run before the model is called."""
@@ -167,7 +167,7 @@ class TurnState:
                 context_window=ctx.profile.context_window,
                 emit=ctx.emit,
                 remote=ctx.remote.named,
-                approved=frozenset(c.id for c in ctx.approved),
+                approved=frozenset(c.id for c in ctx.approved) if ctx.approved else frozenset(),
                 guard=turn_guard(
                     ctx.gate,
                     profile=ctx.profile,

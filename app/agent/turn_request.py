@@ -9,7 +9,7 @@ the chat path cannot disagree about what a message means.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
 
@@ -18,7 +18,7 @@ from app.config import Profile
 from app.db.chat_store import StoredImage
 from app.db.store import NewMessage
 from app.providers.base import OutputFormat, Provider, SamplingParams, ToolChoice, ToolSpec
-from app.tools.mcp.remote import RemoteTools
+from app.tools.mcp.remote import NO_REMOTE_TOOLS, RemoteTools
 
 Role = Literal["user", "assistant", "tool", "system", "developer", "function"]
 
@@ -94,7 +94,7 @@ class TurnRequest:
     session_param: str = "session_id"
     """Where the client named the session, for the 404 that refuses it
     (`previous_response_id` on the Responses API)."""
-    remote: RemoteTools = field(default_factory=RemoteTools)
+    remote: RemoteTools = NO_REMOTE_TOOLS
     """The Responses request's own MCP servers' tools, for this turn only, and the held
     calls the client approved."""
 

@@ -277,6 +277,14 @@ def test_a_continued_chain_reuses_the_listing(remote: Remote, sim: Simulator) ->
     )
     assert [type(i) for i in second.output] == [ResponseOutputMessage]
     assert "mcp__tb__echo" in offered(sim)  # the tools are still offered
+    # The same tools declared again are the same tools: no cache break.
+    session = (second.model_extra or {})["session_id"]
+    usage = httpx.get(
+        f"{remote.server.base_url}/v1/sessions/{session}/usage",
+        headers=remote.server.headers(),
+        timeout=10,
+    ).json()
+    assert [c["cache_break"] for c in usage["calls"] if c["cache_break"]] == []
 
 
 def test_a_remote_tool_not_declared_in_this_request_cannot_be_called(

@@ -345,7 +345,7 @@ class SessionLifecycle:
             profile=profile.name,
             system_prompt=prompt,
             tool_snapshot=snapshot,
-            client_tools=serialise_specs(req.client_tools),
+            client_tools=serialise_specs(declared_specs(req)),
             client_instructions=req.instructions,
             lease=lease,
             lease_ttl_s=LEASE_TTL_S,
@@ -518,10 +518,7 @@ class SessionLifecycle:
             session.tool_snapshot = snapshot
         if extra := self.tools.extra_toolsets(req.profile.name, session.owner):
             snapshot = self._follow_mcp_servers(req, place, extra)
-        # The request's remote MCP tools ride with the client's: both are the request's
-        # to change, and a change is the same named break.
-        remote = tuple(sorted((t.spec() for t in req.remote.tools), key=lambda s: s.name))
-        client = (*remote, *req.client_tools)
+        client = declared_specs(req)
         serialised = serialise_specs(client)
         if serialised != session.client_tools and not place.created:
             self.store.set_client_context(
@@ -632,6 +629,15 @@ class SessionLifecycle:
             remote=req.remote,
             approved=place.approved,
         )
+
+
+def declared_specs(req: TurnRequest) -> tuple[ToolSpec, ...]:
+    """The tools the request itself declares: its remote MCP servers' (sorted) and the
+    client's. Both are the request's to change, and a change is one named break."""
+    if not req.remote.tools:
+        return req.client_tools
+    remote = sorted((t.spec() for t in req.remote.tools), key=lambda s: s.name)
+    return (*remote, *req.client_tools)
 
 
 def visible_row(row: NewMessage) -> VisibleMessage | None:

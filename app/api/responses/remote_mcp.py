@@ -26,7 +26,13 @@ from app.api.responses.wire import new_id
 from app.db import session_query as q
 from app.db.store import Store
 from app.security.ssrf import AddressRefused, ResolutionFailed, resolve_and_check
-from app.tools.mcp.remote import Listing, RemoteServer, RemoteTools, remote_tools
+from app.tools.mcp.remote import (
+    NO_REMOTE_TOOLS,
+    Listing,
+    RemoteServer,
+    RemoteTools,
+    remote_tools,
+)
 
 CHAIN_HOPS = 64
 """How far back a chain is searched for a listing; past it, the server is listed again."""
@@ -66,6 +72,8 @@ class RemoteMcp:
         `mcp_list_tools` items)."""
         servers = tuple(server for _, server in translated.remote)
         if not servers:
+            if not translated.approved:
+                return NO_REMOTE_TOOLS, []
             return RemoteTools(approved=translated.approved), []
         known = chain_listings(store, previous, servers) if previous else {}
         # The SDK costs a second or two to import: once, off the event loop.

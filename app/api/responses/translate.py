@@ -99,7 +99,7 @@ class Translated:
             chat_name=on_behalf.chat,
             max_cost_usd=cost_cap(self.request.max_cost_usd),
             session_param="previous_response_id",
-            remote=remote or RemoteTools(approved=self.approved),
+            remote=remote if remote is not None else RemoteTools(approved=self.approved),
         )
 
 

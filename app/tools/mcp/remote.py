@@ -153,6 +153,10 @@ class RemoteTools:
         return bool(self.tools or self.approved)
 
 
+NO_REMOTE_TOOLS = RemoteTools()
+"""Every turn but a Responses request's with `mcp` tools: one shared (frozen) value, so a
+chat turn builds nothing for a feature it does not use."""
+
 Call = Callable[[RemoteServer, str, dict[str, Any]], Awaitable[RemoteOutcome]]
 """Calls a remote server's raw tool (remote_client.call_tool, bound to the settings)."""
 
