@@ -19,11 +19,20 @@ from app.agent.events import (
     ToolStarted,
     TurnEvent,
 )
+from app.db.mcp_store import McpCall, record_call
 from app.db.store import NewMessage, Store
 from app.providers.base import ToolCall
 from app.tools.call_repair import repair_json_arguments, resolve_tool_name
 from app.tools.dispatch import Guard, dispatch
-from app.tools.mcp.remote import RemoteOutcome, RemoteTool, approval_id, error_json, execution_error
+from app.tools.mcp.names import is_mcp_name, server_of, tool_of
+from app.tools.mcp.outcome import NOT_RUN, McpOutcome
+from app.tools.mcp.remote import (
+    RemoteOutcome,
+    RemoteTool,
+    approval_id,
+    error_json,
+    execution_error,
+)
 from app.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
 from app.tools.spill import SpillInput, budgets, spill
 
@@ -154,9 +163,11 @@ class BatchRunner:
     async def _on_result(self, index: int, call: ToolCall, outcome: ToolOutcome) -> None:
         # Committed as it arrives, on the store's writer thread: a crash later in the batch
         # keeps what already ran, and a slow disk holds this turn, not every stream.
-        if index not in self._rows:  # else its `in_unit` work stored it with its change
-            self._rows[index] = await self._commit(partial(self._store_result, call, outcome))
         started = self._started.get(index, time.monotonic())
+        if index not in self._rows:  # else its `in_unit` work stored it with its change
+            ran_ms = (time.monotonic() - started) * 1000
+            store = partial(self._store_result, call, outcome, ran_ms=ran_ms)
+            self._rows[index] = await self._commit(store)
         duration_ms = (time.monotonic() - started) * 1000
         self.emit(ToolFinished(call.id, call.name, outcome.is_error, duration_ms))
         if call.name in self.remote:
@@ -186,7 +197,7 @@ class BatchRunner:
             await asyncio.wait({landing})
             raise
 
-    def _store_result(self, call: ToolCall, outcome: ToolOutcome) -> int:
+    def _store_result(self, call: ToolCall, outcome: ToolOutcome, *, ran_ms: float = 0.0) -> int:
         result = NewMessage(
             role="tool",
             content=outcome.content,
@@ -200,7 +211,35 @@ class BatchRunner:
             turn_id=self.turn_id,
             messages=[result],
         )
+        if is_mcp_name(call.name):
+            record_call(self.store, self._mcp_call(call, outcome, ran_ms))
         return row_id
+
+    def _mcp_call(self, call: ToolCall, outcome: ToolOutcome, ran_ms: float) -> McpCall:
+        """The ledger's row for an MCP call; one that never reached its server (refused,
+        unparsable) is named from the model's name for the tool."""
+        remote = self.remote.get(call.name)
+        if isinstance(outcome, McpOutcome):
+            server, tool, kind = outcome.server, outcome.tool, outcome.kind
+        elif remote is not None:
+            server, tool, kind = remote.label, remote.raw, NOT_RUN
+        else:
+            server, tool, kind = server_of(call.name), tool_of(call.name), NOT_RUN
+        ctx = self.tool_ctx
+        return McpCall(
+            session_id=ctx.session_id,
+            turn_id=self.turn_id,
+            call_id=call.id,
+            owner=ctx.owner,
+            end_user=ctx.end_user,
+            server=server,
+            tool=tool,
+            remote=remote is not None,
+            started_at=time.time() - ran_ms / 1000,
+            duration_ms=round(ran_ms, 3),
+            outcome=kind,
+            result_chars=len(outcome.content),
+        )
 
     def _relocate_oversized(self, calls: Sequence[ToolCall], outcomes: list[ToolOutcome]) -> None:
         """Rows keep the full text for display; the model sees a preview of big results.

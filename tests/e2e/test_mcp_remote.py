@@ -492,3 +492,36 @@ def test_a_server_echoing_the_callers_token_does_not_get_it_stored(
     assert mcp_call.output == "toolbox echo: token [redacted]"
     (result,) = tool_results(sim)
     assert HEADER_SECRET not in result and "[redacted]" in result
+
+
+def test_remote_calls_are_in_the_turns_route(remote: Remote, sim: Simulator) -> None:
+    sim.script(
+        [
+            {
+                "reply": {
+                    "tool_calls": [
+                        call("mcp__tb__echo", text="counted"),
+                        call("mcp__tb__fail", reason="on purpose"),
+                    ]
+                }
+            },
+            {"reply": {"text": "one worked"}},
+        ]
+    )
+    response = remote.client().responses.create(
+        model="courier", input="two calls", tools=[remote.tool(require_approval="never")]
+    )
+    failed = [i for i in response.output if isinstance(i, McpCall) and i.status == "failed"]
+    assert [i.name for i in failed] == ["fail"]
+    assert failed[0].error is not None and failed[0].error.type == "mcp_tool_execution_error"
+    session = (response.model_extra or {})["session_id"]
+    turns = httpx.get(
+        f"{remote.server.base_url}/v1/sessions/{session}/turns",
+        headers=remote.server.headers(),
+        timeout=10,
+    ).json()
+    (turn,) = turns["data"]
+    mcp = turn["mcp"]
+    assert mcp["calls"] == 2 and mcp["time_ms"] > 0
+    assert mcp["servers"]["tb"]["calls"] == 2
+    assert mcp["servers"]["tb"]["errors"] == 1

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.tools.mcp.names import MAX_TOOLS_PER_SERVER, description, model_names, parameters
+from app.tools.mcp.outcome import McpOutcome
 from app.tools.registry import Tool, ToolContext, ToolHandler, ToolOutcome
 
 MAX_OUTPUT_CHARS = 100_000
@@ -120,7 +121,7 @@ class Listing:
 
 
 @dataclass(frozen=True, slots=True)
-class RemoteOutcome(ToolOutcome):
+class RemoteOutcome(McpOutcome):
     """A remote call's result: the fenced text the model reads, plus what the client's
     `mcp_call` item shows (the server's own text, or the error object)."""
 

@@ -151,16 +151,22 @@ async def call_tool(
     except MCPError as exc:
         text = f"MCP server {server.label} refused the call: {exc.error.message}"[:1000]
         error = {"type": "mcp_protocol_error", "code": exc.code, "message": exc.error.message}
-        return RemoteOutcome(fence(f"error: {text}", source, kind=KIND), True, error=error)
+        fenced = fence(f"error: {text}", source, kind=KIND)
+        return RemoteOutcome(fenced, True, "protocol", server=server.label, tool=raw, error=error)
     except Exception as exc:
         why = why_down(exc)
         if isinstance(exc, TimeoutError):
             why = f"no answer within {timeout_s:g} s; the call's effect is unknown"
         text = f"MCP server {server.label} could not be called: {why}"
         error = {"type": "mcp_protocol_error", "code": -32000, "message": why}
-        return RemoteOutcome(fence(f"error: {text}", source, kind=KIND), True, error=error)
+        fenced = fence(f"error: {text}", source, kind=KIND)
+        kind = "timeout" if isinstance(exc, TimeoutError) else "unavailable"
+        return RemoteOutcome(fenced, True, kind, server=server.label, tool=raw, error=error)
     text = _redacted(result_text(result), server)
     fenced = fence(text, source, kind=KIND)
     if result.is_error:
-        return RemoteOutcome(fenced, True, error=execution_error(text[:MAX_OUTPUT_CHARS]))
-    return RemoteOutcome(fenced, False, output=text[:MAX_OUTPUT_CHARS])
+        error = execution_error(text[:MAX_OUTPUT_CHARS])
+        return RemoteOutcome(fenced, True, "tool_error", server=server.label, tool=raw, error=error)
+    return RemoteOutcome(
+        fenced, False, "ok", server=server.label, tool=raw, output=text[:MAX_OUTPUT_CHARS]
+    )
