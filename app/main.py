@@ -168,11 +168,7 @@ def install_endpoints(app: FastAPI, turn_serving: TurnServing) -> None:
     responses_serving = ResponsesServing(
         turn_serving=turn_serving,
         sessions=sessions_service,
-        remote_mcp=RemoteMcp(
-            url_allow=(settings := turn_serving.setup.settings).mcp_url_allow,
-            connect_timeout_s=settings.mcp_connect_timeout_s,
-            call_timeout_s=settings.mcp_call_timeout_s,
-        ),
+        remote_mcp=RemoteMcp.from_settings(turn_serving.setup.settings),
     )
     setattr(app.state, responses.SERVING, responses_serving)
 

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from app.api.http.errors import ApiError
 from app.api.responses.translate import Translated
 from app.api.responses.wire import new_id
+from app.config import Settings
 from app.db import session_query as q
 from app.db.store import Store
 from app.security.ssrf import AddressRefused, ResolutionFailed, resolve_and_check
@@ -45,6 +46,14 @@ class RemoteMcp:
     url_allow: tuple[str, ...] = ()
     connect_timeout_s: float = 30.0
     call_timeout_s: float = 60.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RemoteMcp:
+        return cls(
+            url_allow=settings.mcp_url_allow,
+            connect_timeout_s=settings.mcp_connect_timeout_s,
+            call_timeout_s=settings.mcp_call_timeout_s,
+        )
 
     async def check_urls(self, translated: Translated) -> None:
         """Refuse a server the egress policy forbids, naming the field and the setting

@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import Tool
 
 from app.security.pinned_http import PinnedTransport
-from app.tools.mcp.connection import MAX_PAGES, why_down
+from app.tools.mcp.connection import list_pages, why_down
 from app.tools.mcp.remote import (
     MAX_OUTPUT_CHARS,
     ListedTool,
@@ -84,19 +84,8 @@ async def list_tools(
     """The server's tools, or a listing that carries why there are none: a server that
     fails to list costs the turn its tools, never the turn."""
 
-    async def pages(client: Client) -> list[Tool]:
-        tools: list[Tool] = []
-        cursor: str | None = None
-        for _ in range(MAX_PAGES):
-            page = await client.list_tools(cursor=cursor)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        return tools
-
     try:
-        tools = await _exchange(server, allow=allow, timeout_s=timeout_s, work=pages)
+        tools = await _exchange(server, allow=allow, timeout_s=timeout_s, work=list_pages)
     except Exception as exc:
         why = why_down(exc)
         log.info("mcp remote %s: listing failed: %s", server.label, why)
