@@ -500,6 +500,9 @@ class Settings(BaseSettings):
     """Longest wait for one MCP tool call unless the server's `timeout_s` says otherwise."""
     mcp_connect_timeout_s: float = Field(default=30.0, gt=0, le=600)
     """Longest wait for an MCP server to start, answer the handshake and list its tools."""
+    mcp_remote: bool = True
+    """Whether a Responses request may name its own MCP server (`{"type": "mcp"}`): off,
+    such a request is refused, and Courier connects only to the servers file's servers."""
 
     profiles: tuple[Profile, ...] = ()
     """Extra profiles from `[[profiles]]` in the TOML file."""

@@ -525,3 +525,18 @@ def test_remote_calls_are_in_the_turns_route(remote: Remote, sim: Simulator) -> 
     assert mcp["calls"] == 2 and mcp["time_ms"] > 0
     assert mcp["servers"]["tb"]["calls"] == 2
     assert mcp["servers"]["tb"]["errors"] == 1
+
+
+def test_an_operator_can_turn_remote_servers_off(
+    remote: Remote, servers: ServerFactory, sim: Simulator
+) -> None:
+    host = remote.url.split("/")[2]
+    off = servers(COURIER_MCP_REMOTE="false", COURIER_MCP_URL_ALLOW=host)
+    client = OpenAI(base_url=f"{off.base_url}/v1", api_key=off.api_key)
+    before, calls = len(sim.requests()), remote.counts()
+    with pytest.raises(BadRequestError) as refused:
+        client.responses.create(model="courier", input="hi", tools=[remote.tool()])
+    error = refused.value.body
+    assert isinstance(error, dict) and error["param"] == "tools[0].type"
+    assert error["code"] == "unsupported_parameter"
+    assert len(sim.requests()) == before and remote.counts() == calls

@@ -43,6 +43,7 @@ CHAIN_HOPS = 64
 class RemoteMcp:
     """The settings the remote tool obeys (read once, like every setting)."""
 
+    enabled: bool = True
     url_allow: tuple[str, ...] = ()
     connect_timeout_s: float = 30.0
     call_timeout_s: float = 60.0
@@ -50,6 +51,7 @@ class RemoteMcp:
     @classmethod
     def from_settings(cls, settings: Settings) -> RemoteMcp:
         return cls(
+            enabled=settings.mcp_remote,
             url_allow=settings.mcp_url_allow,
             connect_timeout_s=settings.mcp_connect_timeout_s,
             call_timeout_s=settings.mcp_call_timeout_s,
@@ -57,8 +59,17 @@ class RemoteMcp:
 
     async def check_urls(self, translated: Translated) -> None:
         """Refuse a server the egress policy forbids, naming the field and the setting
-        that would allow it. A name that does not resolve is the listing's error."""
+        that would allow it (every one, when the operator turned remote servers off). A
+        name that does not resolve is the listing's error."""
         for index, server in translated.remote:
+            if not self.enabled:
+                raise ApiError(
+                    400,
+                    "this server does not connect to MCP servers a request names "
+                    "(COURIER_MCP_REMOTE=false); its own tools are offered instead",
+                    param=f"tools[{index}].type",
+                    code="unsupported_parameter",
+                )
             parts = urlsplit(server.url)
             port = parts.port or (443 if parts.scheme == "https" else 80)
             try:
