@@ -540,3 +540,29 @@ def test_an_operator_can_turn_remote_servers_off(
     assert isinstance(error, dict) and error["param"] == "tools[0].type"
     assert error["code"] == "unsupported_parameter"
     assert len(sim.requests()) == before and remote.counts() == calls
+
+
+def test_a_stateless_client_replays_its_mcp_calls(remote: Remote, sim: Simulator) -> None:
+    """store: false and the history resent as items (no previous_response_id): the
+    replayed mcp_call reaches the model as the call and its fenced result."""
+    sim.script(
+        [
+            {"reply": {"tool_calls": [call("mcp__tb__echo", text="said before the resend")]}},
+            {"reply": {"text": "first answer"}},
+            {"reply": {"text": "second answer"}},
+        ]
+    )
+    client = remote.client()
+    tools = [remote.tool(require_approval="never")]
+    first = client.responses.create(model="courier", input="one", tools=tools, store=False)  # type: ignore[arg-type]
+    history: list[Any] = [{"role": "user", "content": "one"}]
+    history += [item.model_dump(exclude_none=True) for item in first.output]
+    history.append({"role": "user", "content": "two"})
+    second = client.responses.create(model="courier", input=history, tools=tools, store=False)  # type: ignore[arg-type]
+    assert second.output_text == "second answer"
+    body = json.loads(sim.requests()[-1]["body"])
+    calls = [c for m in body["messages"] for c in m.get("tool_calls") or []]
+    assert [c["function"]["name"] for c in calls] == ["mcp__tb__echo"]
+    (result,) = tool_results(sim)
+    assert result.startswith(OPEN + "tb/echo>>>") and "said before the resend" in result
+    assert body["messages"][-1] == {"role": "user", "content": "two"}

@@ -309,3 +309,25 @@ def test_a_hostile_listing_is_held_to_courier_rules() -> None:
     assert len(tool.description) < 2100
     assert tools.named[tool.name].raw == evil.name  # the server is called by its own name
     assert tools.held == frozenset({tool.name})  # require_approval defaults to always
+
+
+def test_a_replayed_mcp_call_is_the_call_and_its_fenced_result() -> None:
+    replay = {
+        "type": "mcp_call",
+        "id": "mcp_call_7",
+        "server_label": "my_srv",
+        "name": "look up",
+        "arguments": '{"q": 1}',
+        "output": "a result long enough to be fenced as untrusted text",
+        "status": "completed",
+    }
+    body = ResponseCreateRequest(model="m", input=[{"role": "user", "content": "hi"}, replay])
+    drafts, items, _ = read_input(body)
+    _user, assistant, result = drafts
+    assert assistant.calls == [("call_7", "mcp__my-srv__look_up", '{"q": 1}')]
+    assert result.call_id == "call_7"
+    assert result.text.startswith("<<<UNTRUSTED MCP RESULT from my_srv/look up>>>")
+    assert items[-1]["type"] == "mcp_call"
+    with pytest.raises(ApiError) as refused:
+        read_input(ResponseCreateRequest(model="m", input=[{**replay, "name": None}]))
+    assert refused.value.param == "input[0].name"

@@ -15,6 +15,7 @@ message before them).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -46,8 +47,14 @@ from app.api.turn_serving import Asked
 from app.config import Profile
 from app.db.chat_store import StoredImage
 from app.providers.base import OutputFormat, SamplingParams, ToolChoice, ToolSpec
-from app.tools.mcp.names import model_names
-from app.tools.mcp.remote import RemoteServer, RemoteTools, ToolFilter, call_of
+from app.tools.mcp.remote import (
+    RemoteServer,
+    RemoteTools,
+    ToolFilter,
+    call_of,
+    model_name,
+    replayed_result,
+)
 
 INPUT = "input"
 """Where an error about one of the request's messages points."""
@@ -231,9 +238,7 @@ def _mcp_choice(choice: dict[str, Any]) -> str:
             param="tool_choice.name",
             code="unsupported_parameter",
         )
-    server = RemoteServer(label, "")
-    [model_name] = model_names(server.prefix, [name])
-    return model_name
+    return model_name(label, name)
 
 
 def output_format(request: ResponseCreateRequest) -> OutputFormat | None:
@@ -313,6 +318,8 @@ def read_input(
             _read_message(item, where, drafts, items)
         elif kind in ("function_call", "function_call_output"):
             _read_call(item, where, drafts, items)
+        elif kind == "mcp_call":
+            _read_mcp_call(item, where, drafts, items)
         elif kind == "mcp_approval_response":
             if (answer := _read_approval(item, where, drafts, items)) is not None:
                 approved.append(answer)
@@ -331,6 +338,31 @@ def read_input(
     elif not any(d.role != "system" for d in drafts):
         raise ApiError(400, "input has no message", param=INPUT)
     return drafts, items, tuple(approved)
+
+
+def _read_mcp_call(
+    item: dict[str, Any], where: str, drafts: list[_Draft], items: list[dict[str, Any]]
+) -> None:
+    """A replayed `mcp_call` (a client resending its history): the call joins the
+    assistant message before it and its output becomes its result, as the model first
+    read them, so a stateless conversation goes on where it stood."""
+    fields = {}
+    for name in ("id", "server_label", "name", "arguments"):
+        value = item.get(name)
+        if not isinstance(value, str) or (not value and name != "arguments"):
+            raise ApiError(400, f"{where}.{name} must be a string", param=f"{where}.{name}")
+        fields[name] = value
+    output, error = item.get("output"), item.get("error")
+    if output is not None and not isinstance(output, str):
+        raise ApiError(400, f"{where}.output must be a string", param=f"{where}.output")
+    label, raw = fields["server_label"], fields["name"]
+    call_id = fields["id"].removeprefix("mcp_")
+    if not drafts or drafts[-1].role != "assistant":
+        drafts.append(_Draft("assistant"))
+    drafts[-1].calls.append((call_id, model_name(label, raw), fields["arguments"]))
+    text = output if output is not None else f"error: {json.dumps(error)[:2000]}"
+    drafts.append(_Draft("tool", replayed_result(label, raw, text), call_id=call_id))
+    items.append({**fields, "type": "mcp_call", "output": output, "error": error})
 
 
 def _read_approval(

@@ -18,7 +18,10 @@ from typing import Any
 from app.tools.mcp.names import MAX_TOOLS_PER_SERVER, description, model_names, parameters
 from app.tools.mcp.outcome import McpOutcome
 from app.tools.registry import Tool, ToolContext, ToolHandler, ToolOutcome
+from app.tools.untrusted import fence
 
+RESULT_KIND = "MCP RESULT"
+"""The fence's name around an MCP result (results.py's KIND, without its SDK import)."""
 MAX_OUTPUT_CHARS = 100_000
 """An `mcp_call` item's output, as the client sees it (the model's copy is spilled as any
 tool result is)."""
@@ -211,6 +214,18 @@ def _handler(call: Call, server: RemoteServer, raw: str) -> ToolHandler:
         return await call(server, raw, args)
 
     return run
+
+
+def model_name(label: str, raw: str) -> str:
+    """The name the model knows a remote server's tool by (`remote_tools`' naming, for a
+    tool named on its own: a `tool_choice`, a replayed `mcp_call`)."""
+    [name] = model_names(RemoteServer(label, "").prefix, [raw])
+    return name
+
+
+def replayed_result(label: str, raw: str, text: str) -> str:
+    """A replayed `mcp_call`'s output as the model first read it: fenced as untrusted."""
+    return fence(text, f"{label}/{raw}", kind=RESULT_KIND)
 
 
 def approval_id(call_id: str) -> str:

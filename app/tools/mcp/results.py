@@ -25,10 +25,11 @@ from mcp.types import (
     TextResourceContents,
 )
 
+from app.tools.mcp.remote import RESULT_KIND
 from app.tools.registry import ToolOutcome
 from app.tools.untrusted import fence
 
-KIND = "MCP RESULT"
+KIND = RESULT_KIND
 
 
 def to_outcome(result: CallToolResult, *, server: str, tool: str) -> ToolOutcome:
