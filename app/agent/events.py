@@ -43,6 +43,9 @@ class ToolStarted:
     call_id: str
     name: str
     kind: Literal["tool_started"] = "tool_started"
+    source: str = ""
+    """Where the tool lives when not in Courier: `mcp:<server>` (the servers file) or
+    `mcp-remote:<label>` (a Responses request's own server)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,7 @@ class ToolFinished:
     is_error: bool
     duration_ms: float = 0.0
     kind: Literal["tool_finished"] = "tool_finished"
+    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)

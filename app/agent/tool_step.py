@@ -155,7 +155,7 @@ class BatchRunner:
 
     def _on_start(self, index: int, call: ToolCall) -> None:
         self._started[index] = time.monotonic()
-        self.emit(ToolStarted(call.id, call.name))
+        self.emit(ToolStarted(call.id, call.name, source=self._source(call)))
         if (remote := self.remote.get(call.name)) is not None:
             asked = approval_id(call.id) if call.id in self.approved else None
             self.emit(RemoteMcpCall(call.id, remote.label, remote.raw, call.arguments, asked))
@@ -169,9 +169,16 @@ class BatchRunner:
             store = partial(self._store_result, call, outcome, ran_ms=ran_ms)
             self._rows[index] = await self._commit(store)
         duration_ms = (time.monotonic() - started) * 1000
-        self.emit(ToolFinished(call.id, call.name, outcome.is_error, duration_ms))
+        source = self._source(call)
+        self.emit(ToolFinished(call.id, call.name, outcome.is_error, duration_ms, source=source))
         if call.name in self.remote:
             self.emit(_remote_result(call, outcome))
+
+    def _source(self, call: ToolCall) -> str:
+        if not is_mcp_name(call.name):
+            return ""
+        remote = self.remote.get(call.name)
+        return f"mcp-remote:{remote.label}" if remote else f"mcp:{server_of(call.name)}"
 
     async def _in_unit(
         self, index: int, call: ToolCall, tool: Tool, args: dict[str, Any]

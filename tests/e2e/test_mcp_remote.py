@@ -258,9 +258,15 @@ def test_streamed_frames_are_spec_valid(remote: Remote, sim: Simulator) -> None:
         "input": "check",
         "tools": [remote.tool(require_approval="never")],
     }
-    resp, events = stream_events(remote.server.base_url, body, remote.server.headers())
+    headers = remote.server.headers(**{"X-Courier-Events": "tools"})
+    resp, events = stream_events(remote.server.base_url, body, headers)
     assert resp.status_code == 200
     check_events(events)
+    tool_events = [e for e in events if e.get("courier_event") == "courier.tool"]
+    assert [(e["type"], e["source"]) for e in tool_events] == [
+        ("tool.started", "mcp-remote:tb"),
+        ("tool.finished", "mcp-remote:tb"),
+    ]
 
 
 def test_a_continued_chain_reuses_the_listing(remote: Remote, sim: Simulator) -> None:

@@ -17,6 +17,8 @@ from app.agent.events import (
     RemoteMcpApproval,
     RemoteMcpCall,
     RemoteMcpResult,
+    ToolFinished,
+    ToolStarted,
     TurnEvent,
     TurnText,
 )
@@ -284,7 +286,16 @@ def test_a_call_cut_off_is_incomplete_in_the_body() -> None:
     assert isinstance(ITEMS.validate_python(call), McpCall)
 
 
-@pytest.mark.parametrize("event", [*TURN[1:5], TURN[7]])
+@pytest.mark.parametrize(
+    "event",
+    [
+        *TURN[1:5],
+        TURN[7],
+        ToolStarted("c1", "mcp__tb__look", source="mcp-remote:tb"),
+        ToolFinished("c1", "mcp__time__now", False, 3.5, source="mcp:time"),
+        ToolFinished("c2", "read_file", True, 1.0),
+    ],
+)
 def test_remote_events_survive_the_codec(event: TurnEvent) -> None:
     assert decode(json.loads(json.dumps(encode(event)))) == event
 

@@ -34,15 +34,17 @@ def encode(event: TurnEvent) -> dict[str, Any]:
         case TurnText() | TurnReasoning():
             return {"kind": event.kind, "text": event.text}
         case ToolStarted():
-            return {"kind": event.kind, "call_id": event.call_id, "name": event.name}
+            started = {"kind": event.kind, "call_id": event.call_id, "name": event.name}
+            return started | ({"source": event.source} if event.source else {})
         case ToolFinished():
-            return {
+            finished = {
                 "kind": event.kind,
                 "call_id": event.call_id,
                 "name": event.name,
                 "is_error": event.is_error,
                 "duration_ms": event.duration_ms,
             }
+            return finished | ({"source": event.source} if event.source else {})
         case ApprovalRequested():
             return {
                 "kind": event.kind,
@@ -120,9 +122,15 @@ def decode(raw: dict[str, Any]) -> TurnEvent:
     if kind == "reasoning":
         return TurnReasoning(raw["text"])
     if kind == "tool_started":
-        return ToolStarted(raw["call_id"], raw["name"])
+        return ToolStarted(raw["call_id"], raw["name"], source=raw.get("source", ""))
     if kind == "tool_finished":
-        return ToolFinished(raw["call_id"], raw["name"], raw["is_error"], raw["duration_ms"])
+        return ToolFinished(
+            raw["call_id"],
+            raw["name"],
+            raw["is_error"],
+            raw["duration_ms"],
+            source=raw.get("source", ""),
+        )
     if kind == "approval_requested":
         fields = {k: v for k, v in raw.items() if k != "kind"}
         return ApprovalRequested(**fields)
