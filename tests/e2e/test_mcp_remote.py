@@ -553,15 +553,24 @@ def test_a_stateless_client_replays_its_mcp_calls(remote: Remote, sim: Simulator
     replayed mcp_call reaches the model as the call and its fenced result."""
     sim.script(
         [
+            {"reply": {"text": "a stored conversation opening the same way"}},
             {"reply": {"tool_calls": [call("mcp__tb__echo", text="said before the resend")]}},
             {"reply": {"text": "first answer"}},
             {"reply": {"text": "second answer"}},
         ]
     )
     client = remote.client()
+    # Stored, and sharing only the first message: the resend below continues it from
+    # there (stateless continuity), with a call and its result past the shared part.
+    client.responses.create(model="courier", input="stateless one")
     tools = [remote.tool(require_approval="never")]
-    first = client.responses.create(model="courier", input="one", tools=tools, store=False)  # type: ignore[arg-type]
-    history: list[Any] = [{"role": "user", "content": "one"}]
+    first = client.responses.create(
+        model="courier",
+        input="stateless one",
+        tools=tools,  # type: ignore[arg-type]
+        store=False,
+    )
+    history: list[Any] = [{"role": "user", "content": "stateless one"}]
     history += [item.model_dump(exclude_none=True) for item in first.output]
     history.append({"role": "user", "content": "two"})
     second = client.responses.create(model="courier", input=history, tools=tools, store=False)  # type: ignore[arg-type]

@@ -384,9 +384,13 @@ class SessionLifecycle:
         answered: set[str | None] = {row.tool_call_id for _, row in results}
         unanswered = open_calls(self.store, session.id)
         open_ids = {cid for cid, _ in unanswered}
-        for m, row in results:
-            if row.tool_call_id not in open_ids:
-                raise UnknownToolCall(row.tool_call_id, param=m.call_param)
+        if stray := [(m, row) for m, row in results if row.tool_call_id not in open_ids]:
+            # A resent history may carry a call and its result together, past the point
+            # the stored conversation shares with it: that result answers a call too.
+            made = {c["id"] for m in place.new if m.role == "assistant" for c in _calls_of(m)}
+            for m, row in stray:
+                if row.tool_call_id not in made:
+                    raise UnknownToolCall(row.tool_call_id, param=m.call_param)
         if req.remote.approved:
             place.approved = self._approved_calls(place, req, open_ids)
             answered |= {call.id for call in place.approved}
@@ -629,6 +633,11 @@ class SessionLifecycle:
             remote=req.remote,
             approved=place.approved,
         )
+
+
+def _calls_of(message: IncomingMessage) -> list[dict[str, str]]:
+    row = message.row
+    return list(row.tool_calls or []) if row is not None else []
 
 
 def declared_specs(req: TurnRequest) -> tuple[ToolSpec, ...]:
