@@ -77,7 +77,9 @@ ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed", "ca
 
 
 def status_of(finished: TurnFinished) -> ResponseStatus:
-    if finished.error is not None:
+    # `interrupted` (a drain ran out, a process died) carries no error of its own: read as
+    # `completed`, half an answer would pass for a whole one.
+    if finished.error is not None or finished.exit_reason == "interrupted":
         return "failed"
     if finished.exit_reason == "cancelled":
         return "cancelled"
@@ -103,9 +105,14 @@ def response_usage(finished: TurnFinished, courier: dict[str, Any]) -> dict[str,
     }
 
 
+INTERRUPTED_MESSAGE = "the server stopped before the response finished (interrupted)"
+
+
 def response_error(finished: TurnFinished) -> dict[str, Any] | None:
     err = finished.error
     if err is None:
+        if finished.exit_reason == "interrupted":
+            return {"code": "server_error", "message": INTERRUPTED_MESSAGE}
         return None
     # The spec's code is a closed enum; Courier's own code travels in the message.
     code = "rate_limit_exceeded" if turn_error_status(err) == 429 else "server_error"
