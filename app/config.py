@@ -528,6 +528,12 @@ class Settings(BaseSettings):
     search_index_interval_s: float = Field(default=1.0, ge=0)
     """How often new messages are added to the full-text index, in one batch (0: only
     when a search needs them). A search always sees every message (app/db/search_index.py)."""
+    background: bool = True
+    """Accept Responses requests with `background: true` (run on without the client; poll,
+    cancel, resume the stream by sequence number). Off: refused with 400."""
+    response_event_flush_s: float = Field(default=1.0, gt=0, le=60)
+    """How often a background response's new stream events are stored, for every running
+    one in one commit: what a kill -9 can lose from a resumable stream."""
     tokens_enabled: bool = False
     """Serve `POST /v1/tokens` and accept the short-lived JWTs it mints."""
     token_secret: SecretStr | None = None

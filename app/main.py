@@ -39,6 +39,8 @@ from app.api.http.head import HeadAsGet
 from app.api.http.request_log import RequestLogMiddleware
 from app.api.http.security_headers import SECURITY_HEADERS, SecurityHeaders
 from app.api.responses import router as responses
+from app.api.responses.background import BackgroundRuns
+from app.api.responses.background import repair_unfinished as repair_unfinished_background
 from app.api.responses.serving import ResponsesServing
 from app.api.retries import DurableKeys
 from app.api.sessions import router as sessions
@@ -151,7 +153,9 @@ async def start_mcp(settings: Settings, tools: ToolRegistry, metrics: Metrics) -
     return hub
 
 
-def install_endpoints(app: FastAPI, turn_serving: TurnServing) -> None:
+def install_endpoints(
+    app: FastAPI, turn_serving: TurnServing, background: BackgroundRuns | None = None
+) -> None:
     """Each endpoint's serving object where its router reads it (vLLM's habit). Both share
     one turn serving object, so a session continued on either finds the same twins and
     caches."""
@@ -162,7 +166,9 @@ def install_endpoints(app: FastAPI, turn_serving: TurnServing) -> None:
         setup=turn_serving.setup,
         turns=turn_serving.turns,
     )
-    responses_serving = ResponsesServing(turn_serving=turn_serving, sessions=sessions_service)
+    responses_serving = ResponsesServing(
+        turn_serving=turn_serving, sessions=sessions_service, background=background
+    )
     setattr(app.state, responses.SERVING, responses_serving)
 
 
@@ -223,7 +229,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             max_turns_per_end_user=settings.max_turns_per_end_user,
         ),
     )
-    install_endpoints(app, turn_serving)
+    install_endpoints(app, turn_serving, _background_runs(settings, store))
     if settings.metrics_port:
         # Loopback only: this listener has no auth, so it must not be reachable from outside.
         start_http_server(settings.metrics_port, addr="127.0.0.1", registry=metrics.registry)
@@ -233,6 +239,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         await turns.shutdown(drain_s=settings.drain_timeout_s)
+        await getattr(app.state, responses.SERVING).aclose()  # its final records land first
         if app.state.mcp is not None:
             await app.state.mcp.aclose()
         if indexer is not None:
@@ -245,6 +252,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         shutdown_worker()
 
 
+def _background_runs(settings: Settings, store: Store) -> BackgroundRuns | None:
+    """Background responses, their events stored by a flusher running from now on."""
+    if not settings.background:
+        return None
+    runs = BackgroundRuns(store, flush_s=settings.response_event_flush_s)
+    runs.start()
+    return runs
+
+
 def _open_store(settings: Settings) -> Store:
     """The store, with what a previous process left mid-turn set right."""
     store = Store.open(settings.db_path)
@@ -253,6 +269,7 @@ def _open_store(settings: Settings) -> Store:
     if cleared := store.clear_dead_leases(holder_alive):
         log.warning("cleared %d turn lease(s) left by a previous process", cleared)
     repair_interrupted_turns(store)
+    repair_unfinished_background(store)
     return store
 
 

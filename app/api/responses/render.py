@@ -73,7 +73,7 @@ def output_items(
     return items
 
 
-ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed", "cancelled"]
+ResponseStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
 
 
 def status_of(finished: TurnFinished) -> ResponseStatus:
@@ -179,7 +179,7 @@ class ResponseShell:
             "object": "response",
             "created_at": self.created_at,
             "status": status,
-            "background": False,
+            "background": bool(r.background),
             "completed_at": int(time.time()) if status == "completed" else None,
             "error": error,
             "incomplete_details": incomplete,
@@ -228,6 +228,17 @@ class EventRenderer:
         return kind, json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 
     def start(self) -> list[tuple[str, str]]:
+        if self.shell.request.background:
+            # OpenAI's order for a background response: created and queued, then running.
+            queued = self.shell.body(status="queued", output=[])
+            return [
+                self._event("response.created", response=queued),
+                self._event("response.queued", response=queued),
+                self._event(
+                    "response.in_progress",
+                    response=self.shell.body(status="in_progress", output=[]),
+                ),
+            ]
         shell = self.shell.body(status="in_progress", output=[])
         return [
             self._event("response.created", response=shell),
@@ -335,7 +346,7 @@ Recording = asyncio.Future[tuple[dict[str, Any], TurnFinished]]
 """The recording of a response: its final body and how the turn ended, once stored."""
 
 
-def _encoded(frames: list[tuple[str, str]]) -> bytes:
+def encoded(frames: list[tuple[str, str]]) -> bytes:
     return b"".join(ServerSentEvent(event=name, data=data).encode() for name, data in frames)
 
 
@@ -352,11 +363,11 @@ class ResponseFrames:
         self.handle = handle
         self.done = done
         self.tool_events = tool_events
-        self.head = _encoded(self.renderer.start())
+        self.head = encoded(self.renderer.start())
 
     def frames(self, event: TurnEvent) -> bytes:
         if isinstance(event, TurnText):
-            return _encoded(self.renderer.text_delta(event.text))
+            return encoded(self.renderer.text_delta(event.text))
         if self.tool_events and isinstance(event, ToolStarted | ToolFinished):
             payload = json.dumps(tool_event_payload(event), separators=(",", ":"))
             return ServerSentEvent(event="courier.tool", data=payload).encode()
@@ -366,7 +377,7 @@ class ResponseFrames:
         # The final body is the recorder's: the stream ends with what was stored.
         final, _ = await asyncio.shield(self.done)
         self.handle.delivered = True
-        return _encoded(self.renderer.finish(final))
+        return encoded(self.renderer.finish(final))
 
     def left(self) -> None:
         self.handle.abandon()
