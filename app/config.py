@@ -7,6 +7,7 @@ process (a tool, a generated script) flip a security switch with one `os.environ
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import os
@@ -16,6 +17,7 @@ from decimal import Decimal
 from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -317,7 +319,13 @@ class KeyConfig(BaseModel):
         return self
 
 
-SECRET_FIELDS = ("api_key", "admin_api_key", "metrics_api_key", "upstream_api_key")
+SECRET_FIELDS = (
+    "api_key",
+    "admin_api_key",
+    "metrics_api_key",
+    "upstream_api_key",
+    "webhook_secret",
+)
 """Settings that may come from a file named by `COURIER_<NAME>_FILE` instead."""
 
 
@@ -534,6 +542,16 @@ class Settings(BaseSettings):
     response_event_flush_s: float = Field(default=1.0, gt=0, le=60)
     """How often a background response's new stream events are stored, for every running
     one in one commit: what a kill -9 can lose from a resumable stream."""
+    webhook_url: str | None = None
+    """Where background responses' ends are announced, signed (docs/background.md)."""
+    webhook_secret: SecretStr | None = None
+    """`whsec_` + base64 of at least 24 random bytes: both reference verifiers read it alike."""
+    webhook_allow_hosts: Annotated[tuple[str, ...], NoDecode] = ()
+    """Loopback/private `host:port` (or CIDR) the URL may reach; the only plain-http hosts."""
+    webhook_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    webhook_retry_first_s: float = Field(default=5.0, gt=0, le=3600)
+    """The first retry's wait; each next one 6 times longer (at most 8 h), jittered."""
+    webhook_retry_for_s: float = Field(default=86_400.0, gt=0)
     tokens_enabled: bool = False
     """Serve `POST /v1/tokens` and accept the short-lived JWTs it mints."""
     token_secret: SecretStr | None = None
@@ -566,6 +584,7 @@ class Settings(BaseSettings):
         "end_user_headers",
         "session_headers",
         "mcp_url_allow",
+        "webhook_allow_hosts",
         mode="before",
     )
     @classmethod
@@ -645,6 +664,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"key names must be unique and not one of {sorted(RESERVED_KEY_NAMES)}"
             )
+        if (problem := webhook_problem(self.webhook_url, self.webhook_secret)) is not None:
+            raise ValueError(f"refusing to start: {problem}")
         if self.tokens_enabled:
             secret = self.token_secret.get_secret_value() if self.token_secret else ""
             if len(secret.encode()) < MIN_TOKEN_SECRET_BYTES:
@@ -741,6 +762,25 @@ def trusted_network(entry: str) -> IPv4Network | IPv6Network:
             "address it is counted as; name the proxy's own addresses"
         )
     return network
+
+
+def webhook_problem(url: str | None, secret: SecretStr | None) -> str | None:
+    """What is wrong with a webhook target: a URL without a secret would send unsigned
+    events; a secret not `whsec_<base64>` is read differently by the two reference
+    verifiers (standardwebhooks decodes it, the openai SDK takes its bytes)."""
+    if url is None or secret is None:
+        return None if (url, secret) == (None, None) else "set both COURIER_WEBHOOK_URL and _SECRET"
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("https", "http") or not parsed.hostname or "@" in parsed.netloc:
+        return "COURIER_WEBHOOK_URL must be an http(s) URL without a user or password"
+    raw = secret.get_secret_value()
+    try:
+        key = base64.b64decode(raw.removeprefix("whsec_"), validate=True)
+    except ValueError:
+        key = b""
+    if not raw.startswith("whsec_") or len(key) < 24:
+        return "COURIER_WEBHOOK_SECRET must be whsec_ + the base64 of 24 or more random bytes"
+    return None
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -72,6 +72,7 @@ from app.tools.mcp.config import configured
 from app.tools.plugins import load_plugin_tools
 from app.tools.registry import ToolRegistry
 from app.tools.sandbox.process import sandbox_status
+from app.webhooks.dispatcher import Target, Webhooks
 
 if TYPE_CHECKING:
     from app.tools.mcp.hub import McpHub
@@ -129,7 +130,7 @@ def known_secrets(settings: Settings) -> list[str]:
     """Every credential the process holds, for the log and error redactor and the scan of
     upstream bodies. A key configured only by its hash (`key_sha256`) is not known here."""
     values = [settings.api_key, settings.admin_api_key, settings.metrics_api_key]
-    values += [settings.upstream_api_key, settings.token_secret]
+    values += [settings.upstream_api_key, settings.token_secret, settings.webhook_secret]
     values += [p.api_key for p in settings.profiles]
     values += [k for p in settings.all_profiles() for k in p.api_keys]
     values += [k.key for k in settings.keys]
@@ -253,10 +254,23 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def _background_runs(settings: Settings, store: Store) -> BackgroundRuns | None:
-    """Background responses, their events stored by a flusher running from now on."""
+    """Background responses (those a dead process left running repaired as `failed`), their
+    events stored by a flusher and their ends announced by webhooks, from now on."""
+    webhooks = None
+    if settings.webhook_url is not None and settings.webhook_secret is not None:
+        target = Target(
+            url=settings.webhook_url,
+            secret=settings.webhook_secret.get_secret_value(),
+            allow=settings.webhook_allow_hosts,
+            timeout_s=settings.webhook_timeout_s,
+            retry_first_s=settings.webhook_retry_first_s,
+            retry_for_s=settings.webhook_retry_for_s,
+        )
+        webhooks = Webhooks(store, target)
+    repair_unfinished_background(store, webhooks)
     if not settings.background:
         return None
-    runs = BackgroundRuns(store, flush_s=settings.response_event_flush_s)
+    runs = BackgroundRuns(store, flush_s=settings.response_event_flush_s, webhooks=webhooks)
     runs.start()
     return runs
 
@@ -269,7 +283,6 @@ def _open_store(settings: Settings) -> Store:
     if cleared := store.clear_dead_leases(holder_alive):
         log.warning("cleared %d turn lease(s) left by a previous process", cleared)
     repair_interrupted_turns(store)
-    repair_unfinished_background(store)
     return store
 
 

@@ -30,7 +30,7 @@ def _opened(store: Store, runs: BackgroundRuns, n: int) -> Recording:  # noqa: F
     session_id = f"sess_{n}"
     store.create_session(session_id=session_id, owner="o", profile="p", system_prompt="x")
     shell = ResponseShell(id=f"resp_{n}", model="courier", request=REQUEST, session_id=session_id)
-    recording = Recording(shell, TurnHandle(f"turn_{n}", session_id))
+    recording = Recording(shell, TurnHandle(f"turn_{n}", session_id), owner="o")
     row = ResponseRow(
         id=shell.id,
         session_id=session_id,

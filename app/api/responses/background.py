@@ -36,6 +36,7 @@ from app.db import background_store as bg
 from app.db import session_query as q
 from app.db.session_models import ResponseRow
 from app.db.store import Store
+from app.webhooks.dispatcher import Webhooks
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +47,11 @@ STOP_WAIT_S = 5.0
 class Recording:
     """One background response's stream events as rendered (index = sequence number)."""
 
-    def __init__(self, shell: ResponseShell, handle: TurnHandle) -> None:
+    def __init__(self, shell: ResponseShell, handle: TurnHandle, *, owner: str) -> None:
         self.shell = shell
         self.handle = handle
+        self.owner = owner
+        """The key that created it: whose webhook announces its end."""
         self.renderer = EventRenderer(shell)
         self.events: list[tuple[str, str]] = self.renderer.start()
         """(event type, JSON) of every event so far."""
@@ -116,21 +119,28 @@ class Recording:
 class BackgroundRuns:
     """The process's running background responses, their flusher, cancel and replay."""
 
-    def __init__(self, store: Store, *, flush_s: float) -> None:
+    def __init__(self, store: Store, *, flush_s: float, webhooks: Webhooks | None = None) -> None:
         self.store = store
         self.flush_s = flush_s
+        self.webhooks = webhooks
+        """Announces each response's end, enqueued in its final record's unit."""
         self.live: dict[str, Recording] = {}
         self._flusher: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._flusher = asyncio.create_task(self.keep_flushed(), name="background-flusher")
+        if self.webhooks is not None:
+            self.webhooks.start()
 
     async def aclose(self) -> None:
-        """Stop the flusher (the final records carry the events it had not stored)."""
+        """Stop the flusher (the final records carry the events it had not stored) and the
+        webhook dispatcher (what it had not delivered goes after the restart)."""
         if self._flusher is not None:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
             self._flusher = None
+        if self.webhooks is not None:
+            await self.webhooks.aclose()
 
     def open(self, row: ResponseRow, recording: Recording) -> None:
         """Inside the turn's opening unit: the row and the first events (`response.created`
@@ -165,12 +175,18 @@ class BackgroundRuns:
                     last_message_id=last_message_id,
                     tail=tail,
                 )
+                if self.webhooks is not None:
+                    self.webhooks.response_ended(
+                        response_id=rid, owner=recording.owner, status=str(final["status"])
+                    )
 
         try:
             await self.store.off_loop(write)
         finally:
             recording.stored(final)
             self.live.pop(rid, None)
+        if self.webhooks is not None:
+            self.webhooks.wake()
 
     async def flush(self) -> None:
         """Every running recording's new events in one commit (none when nothing is new)."""
@@ -243,10 +259,11 @@ class BackgroundRuns:
         return recording.body_so_far()
 
 
-def repair_unfinished(store: Store) -> int:
+def repair_unfinished(store: Store, webhooks: Webhooks | None = None) -> int:
     """At startup, before any turn runs: a background response a dead process left running
     is `failed`, its stored events kept and a `response.failed` event appended after the
-    last one. Nothing is run again. Returns how many."""
+    last one (and its webhook enqueued, in the same unit). Nothing is run again. Returns
+    how many."""
     repaired = 0
     for row in bg.unfinished(store):
         body: dict[str, Any] = json.loads(row.body)
@@ -266,6 +283,8 @@ def repair_unfinished(store: Store) -> int:
                 last_message_id=q.max_message_id(store, session_id=row.session_id),
                 tail=tail,
             )
+            if webhooks is not None:
+                webhooks.response_ended(response_id=row.id, owner=row.owner, status="failed")
         repaired += 1
     if repaired:
         log.warning("marked %d background response(s) of a previous process failed", repaired)

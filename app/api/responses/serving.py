@@ -95,7 +95,7 @@ class ResponsesServing:
             shell = ResponseShell(
                 id=new_id("resp"), model=request.model, request=request, session_id=session_id
             )
-            recording = BackgroundRecording(shell, handle)
+            recording = BackgroundRecording(shell, handle, owner=asked.principal.owner)
             row = self._row(shell, asked.principal, items=translated.items, first=first)
             row.status, row.turn_id = "queued", handle.turn_id
             background.open(row, recording)
