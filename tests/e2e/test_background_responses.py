@@ -9,7 +9,6 @@ import json
 import signal
 import sqlite3
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,10 @@ import openai
 import pytest
 from openai import OpenAI
 
+from tests.support.approvals import call, decide, pending
 from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
+from tests.support.waiting import wait_for
 
 ALICE = "alice-key-0123456789abcdef"
 BOB = "bob-key-0123456789abcdef"
@@ -56,7 +57,7 @@ def _settled(client: OpenAI, response_id: str) -> Any:
         found[:] = [client.responses.retrieve(response_id)]
         return found[0].status not in ("queued", "in_progress")
 
-    _wait_for(done)
+    wait_for(done)
     return found[0]
 
 
@@ -148,10 +149,10 @@ def test_cancel_stops_the_upstream_call_and_is_idempotent(
     )
     client = _client(bg_server, ALICE)
     created = client.responses.create(model="courier", input="long", background=True)
-    _wait_for(lambda: sim.stats()["model_requests"] == 1)
+    wait_for(lambda: sim.stats()["model_requests"] == 1)
     cancelled = client.responses.cancel(created.id)
     assert cancelled.status == "cancelled"
-    _wait_for(lambda: sim.stats()["disconnects"] == 1)
+    wait_for(lambda: sim.stats()["disconnects"] == 1)
     assert sim.stats()["model_requests"] == 1
     assert sim.status()["remaining"] == 1
     again = client.responses.cancel(created.id)
@@ -185,15 +186,6 @@ def test_hostile_background_requests_get_clear_errors(sim: Simulator, bg_server:
     with pytest.raises(openai.BadRequestError):
         alice.responses.cancel(foreground.id)
     assert _raw_stream(bg_server, foreground.id, ALICE).status_code == 400
-
-
-def _wait_for(predicate: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def _server(servers: ServerFactory, tmp_path: Path, **extra: str) -> tuple[Server, Path]:
@@ -245,7 +237,7 @@ def test_a_drained_streamed_response_ends_failed_not_completed(
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    _wait_for(lambda: (workspace / "wait-started").exists())
+    wait_for(lambda: (workspace / "wait-started").exists())
     assert server.proc is not None
     server.proc.send_signal(signal.SIGTERM)
     server.proc.wait(30)
@@ -259,6 +251,22 @@ def test_a_drained_streamed_response_ends_failed_not_completed(
     assert stored.status == "failed"
     assert stored.error is not None and stored.error.code == "server_error"
     assert "interrupted" in stored.error.message
+
+
+def test_an_approval_in_a_background_run_waits_for_the_approvals_api(
+    sim: Simulator, bg_server: Server
+) -> None:
+    """Nobody watches a background turn: its approval waits on `POST /v1/approvals/{id}`."""
+    write = call("write_file", path="AGENTS.md", content="protected, so it asks")
+    sim.script([{"reply": {"tool_calls": [write]}}, {"reply": {"text": "written"}}])
+    client = _client(bg_server, ALICE)
+    created = client.responses.create(model="courier", input="write it", background=True)
+    [approval] = pending(bg_server)
+    assert approval["tool"] == "write_file"
+    assert client.responses.retrieve(created.id).status == "in_progress"
+    assert decide(bg_server, approval["id"], "once").status_code == 200
+    final = _settled(client, created.id)
+    assert final.status == "completed" and final.output_text == "written"
 
 
 def _db(server: Server, query: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -279,7 +287,7 @@ def test_a_restart_mid_run_marks_it_failed_and_keeps_its_stream(
     client = _client(server)
     created = client.responses.create(model="courier", input="crash", background=True)
     # Wait until the first deltas are stored (a flush after them), then crash.
-    _wait_for(lambda: _db(server, "SELECT events_through FROM response_record")[0][0] >= 4)
+    wait_for(lambda: _db(server, "SELECT events_through FROM response_record")[0][0] >= 4)
     server.kill()
     stored_through = _db(server, "SELECT events_through FROM response_record")[0][0]
     server.start()
@@ -304,7 +312,7 @@ def test_a_drained_background_response_ends_failed(sim: Simulator, servers: Serv
     server = servers(COURIER_DRAIN_TIMEOUT_S="1")
     sim.script([{"reply": {"text": "cut off"}, "fault": STALLED}])
     created = _client(server).responses.create(model="courier", input="drain", background=True)
-    _wait_for(lambda: sim.stats()["model_requests"] == 1)
+    wait_for(lambda: sim.stats()["model_requests"] == 1)
     assert server.proc is not None
     server.proc.send_signal(signal.SIGTERM)
     server.proc.wait(30)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import sqlite3
-import time
 from typing import Any
 
 import openai
@@ -16,18 +15,10 @@ from standardwebhooks import Webhook
 
 from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
+from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import Receiver, receiver  # noqa: F401  (pytest fixture)
 
 SECRET = "whsec_" + base64.b64encode(b"courier-webhook-test-secret-32by").decode()
-
-
-def _wait_for(predicate: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def _db(server: Server, query: str) -> list[tuple[Any, ...]]:
@@ -72,7 +63,7 @@ def test_a_completed_background_response_is_announced_and_a_500_is_retried(
     server = _server(servers, receiver)
     sim.script([{"reply": {"text": "announced"}}])
     created = _client(server).responses.create(model="courier", input="x", background=True)
-    _wait_for(lambda: len(receiver.received) == 2)
+    wait_for(lambda: len(receiver.received) == 2)
     first, second = (_verified(r) for r in receiver.received)
     assert first == second  # the same event, the same bytes
     assert first["type"] == "response.completed"
@@ -83,7 +74,7 @@ def test_a_completed_background_response_is_announced_and_a_500_is_retried(
     ids = {r.headers["webhook-id"] for r in receiver.received}
     assert ids == {first["id"]}
     assert receiver.received[0].headers["user-agent"] == "Courier-Webhooks/1"
-    _wait_for(lambda: _db(server, "SELECT state FROM webhook_delivery") == [("delivered",)])
+    wait_for(lambda: _db(server, "SELECT state FROM webhook_delivery") == [("delivered",)])
     attempts = _db(server, "SELECT attempt, status, error FROM webhook_attempt ORDER BY attempt")
     assert attempts == [(1, 500, "status 500"), (2, 200, None)]
     # Another secret does not verify these bodies.
@@ -105,16 +96,16 @@ def test_an_event_left_mid_attempt_by_a_crash_is_delivered_after_the_restart(
     server = _server(servers, receiver)
     sim.script([{"reply": {"text": "crash while announcing"}}])
     created = _client(server).responses.create(model="courier", input="x", background=True)
-    _wait_for(lambda: len(receiver.received) == 1)
+    wait_for(lambda: len(receiver.received) == 1)
     server.kill()  # mid-attempt: the receiver has not answered
     receiver.first_answer.set()
     assert _db(server, "SELECT state FROM webhook_delivery") == [("pending",)]
     server.start()
-    _wait_for(lambda: len(receiver.received) == 2)
+    wait_for(lambda: len(receiver.received) == 2)
     events = [_verified(r) for r in receiver.received]
     assert events[0]["id"] == events[1]["id"]
     assert events[1]["data"] == {"id": created.id}
-    _wait_for(lambda: _db(server, "SELECT state FROM webhook_delivery") == [("delivered",)])
+    wait_for(lambda: _db(server, "SELECT state FROM webhook_delivery") == [("delivered",)])
 
 
 def test_a_target_outside_the_egress_policy_is_never_contacted(
@@ -125,7 +116,7 @@ def test_a_target_outside_the_egress_policy_is_never_contacted(
     server = _server(servers, receiver, COURIER_WEBHOOK_ALLOW_HOSTS="")
     sim.script([{"reply": {"text": "nobody hears this"}}])
     _client(server).responses.create(model="courier", input="x", background=True)
-    _wait_for(lambda: len(_db(server, "SELECT 1 FROM webhook_attempt")) >= 2)
+    wait_for(lambda: len(_db(server, "SELECT 1 FROM webhook_attempt")) >= 2)
     errors = {e for (e,) in _db(server, "SELECT error FROM webhook_attempt")}
     assert all(e.startswith("egress_refused") for e in errors), errors
     assert receiver.received == []
