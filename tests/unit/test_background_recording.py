@@ -116,3 +116,16 @@ async def test_a_restart_repairs_an_unfinished_response_as_failed(
     assert events[-1]["response"]["status"] == "failed"
     assert json.loads(row.body)["error"]["code"] == "server_error"
     assert repair_unfinished(store) == 0  # terminal now: never repaired twice
+
+
+async def test_a_purge_deletes_a_background_responses_stored_events(
+    store: Store,  # noqa: F811
+) -> None:
+    """The chunks hold the answer's text: a purged session keeps none of it."""
+    runs = BackgroundRuns(store, flush_s=60)
+    recording = _opened(store, runs, 9)
+    recording.handle.publish(TurnText("private words"))
+    await runs.flush()
+    assert bg.events_after(store, response_id="resp_9", after=-1)
+    q.purge_session(store, session_id="sess_9")
+    assert bg.events_after(store, response_id="resp_9", after=-1) == []

@@ -96,8 +96,9 @@ class ResponsesServing:
                 id=new_id("resp"), model=request.model, request=request, session_id=session_id
             )
             recording = BackgroundRecording(shell, handle, owner=asked.principal.owner)
-            row = self._row(shell, asked.principal, items=translated.items, first=first)
-            row.status, row.turn_id = "queued", handle.turn_id
+            row = self._row(
+                shell, asked.principal, items=translated.items, first=first, turn=handle.turn_id
+            )
             background.open(row, recording)
             opened.append(recording)
 
@@ -184,7 +185,10 @@ class ResponsesServing:
         first: int,
         body: dict[str, object] | None = None,
         last: int | None = None,
+        turn: str | None = None,
     ) -> ResponseRow:
+        """The stored row: the final one, or (with `turn`) a background response's first,
+        `queued` with no body but its shell yet."""
         r = shell.request
         return ResponseRow(
             id=shell.id,
@@ -196,6 +200,8 @@ class ResponsesServing:
             body=json.dumps(body if body is not None else shell.body(status="queued", output=[])),
             input_items=json.dumps(items),
             background=bool(r.background),
+            status="queued" if turn is not None else "",
+            turn_id=turn,
         )
 
     def _continued_session(self, request: ResponseCreateRequest, asked: Asked) -> str | None:
