@@ -309,11 +309,16 @@ class KeyConfig(BaseModel):
     mcp_servers: tuple[str, ...] | None = None
     """The MCP servers (names in COURIER_MCP_CONFIG) this key's sessions may use; unset,
     every server its sessions' profile gets; `[]`, none."""
+    webhook_url: str | None = None
+    webhook_secret: SecretStr | None = None
+    """This key's own webhook target (both or neither), instead of COURIER_WEBHOOK_URL's."""
 
     @model_validator(mode="after")
     def _one_form(self) -> KeyConfig:
         if (self.key is None) == (self.key_sha256 is None):
             raise ValueError(f"key {self.name!r}: give exactly one of key or key_sha256")
+        if problem := webhook_problem(self.webhook_url, self.webhook_secret):
+            raise ValueError(f"key {self.name!r}: {problem}")
         if self.key is not None and (problem := key_problem(self.key.get_secret_value())):
             raise ValueError(f"key {self.name!r}: " + problem.replace("COURIER_API_KEY", "key"))
         return self
@@ -537,11 +542,9 @@ class Settings(BaseSettings):
     """How often new messages are added to the full-text index, in one batch (0: only
     when a search needs them). A search always sees every message (app/db/search_index.py)."""
     background: bool = True
-    """Accept Responses requests with `background: true` (run on without the client; poll,
-    cancel, resume the stream by sequence number). Off: refused with 400."""
+    """Accept Responses requests with `background: true` (docs/background.md); off: 400."""
     response_event_flush_s: float = Field(default=1.0, gt=0, le=60)
-    """How often a background response's new stream events are stored, for every running
-    one in one commit: what a kill -9 can lose from a resumable stream."""
+    """How often running background responses' new events are stored (one commit for all)."""
     webhook_url: str | None = None
     """Where background responses' ends are announced, signed (docs/background.md)."""
     webhook_secret: SecretStr | None = None
@@ -765,9 +768,8 @@ def trusted_network(entry: str) -> IPv4Network | IPv6Network:
 
 
 def webhook_problem(url: str | None, secret: SecretStr | None) -> str | None:
-    """What is wrong with a webhook target: a URL without a secret would send unsigned
-    events; a secret not `whsec_<base64>` is read differently by the two reference
-    verifiers (standardwebhooks decodes it, the openai SDK takes its bytes)."""
+    """What is wrong with a webhook target: a URL without a secret sends unsigned events; a
+    secret not `whsec_<base64>` is read differently by the two reference verifiers."""
     if url is None or secret is None:
         return None if (url, secret) == (None, None) else "set both COURIER_WEBHOOK_URL and _SECRET"
     parsed = urlsplit(url)

@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.telemetry import TelemetryConfig
 from prometheus_client import start_http_server
+from pydantic import SecretStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.agent.approvals import ApprovalGate, ApprovalPolicy
@@ -133,7 +134,7 @@ def known_secrets(settings: Settings) -> list[str]:
     values += [settings.upstream_api_key, settings.token_secret, settings.webhook_secret]
     values += [p.api_key for p in settings.profiles]
     values += [k for p in settings.all_profiles() for k in p.api_keys]
-    values += [k.key for k in settings.keys]
+    values += [k.key for k in settings.keys] + [k.webhook_secret for k in settings.keys]
     # The MCP servers' env and header values: a server echoing its own token into a
     # result must not send it upstream.
     mcp = configured(settings)
@@ -230,7 +231,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             max_turns_per_end_user=settings.max_turns_per_end_user,
         ),
     )
-    install_endpoints(app, turn_serving, _background_runs(settings, store))
+    install_endpoints(app, turn_serving, _background_runs(settings, store, auth))
     if settings.metrics_port:
         # Loopback only: this listener has no auth, so it must not be reachable from outside.
         start_http_server(settings.metrics_port, addr="127.0.0.1", registry=metrics.registry)
@@ -253,26 +254,38 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         shutdown_worker()
 
 
-def _background_runs(settings: Settings, store: Store) -> BackgroundRuns | None:
+def _background_runs(
+    settings: Settings, store: Store, auth: Authenticator
+) -> BackgroundRuns | None:
     """Background responses (those a dead process left running repaired as `failed`), their
     events stored by a flusher and their ends announced by webhooks, from now on."""
-    webhooks = None
+    owners = {p.name: p.owner for p in auth.principals()}
+    per_owner = {
+        owners[k.name]: _webhook_target(k.webhook_url, k.webhook_secret, settings)
+        for k in settings.keys
+        if k.webhook_url is not None and k.webhook_secret is not None
+    }
+    default = None
     if settings.webhook_url is not None and settings.webhook_secret is not None:
-        target = Target(
-            url=settings.webhook_url,
-            secret=settings.webhook_secret.get_secret_value(),
-            allow=settings.webhook_allow_hosts,
-            timeout_s=settings.webhook_timeout_s,
-            retry_first_s=settings.webhook_retry_first_s,
-            retry_for_s=settings.webhook_retry_for_s,
-        )
-        webhooks = Webhooks(store, target)
+        default = _webhook_target(settings.webhook_url, settings.webhook_secret, settings)
+    webhooks = Webhooks(store, default, per_owner=per_owner) if default or per_owner else None
     repair_unfinished_background(store, webhooks)
     if not settings.background:
         return None
     runs = BackgroundRuns(store, flush_s=settings.response_event_flush_s, webhooks=webhooks)
     runs.start()
     return runs
+
+
+def _webhook_target(url: str, secret: SecretStr, settings: Settings) -> Target:
+    return Target(
+        url=url,
+        secret=secret.get_secret_value(),
+        allow=settings.webhook_allow_hosts,
+        timeout_s=settings.webhook_timeout_s,
+        retry_first_s=settings.webhook_retry_first_s,
+        retry_for_s=settings.webhook_retry_for_s,
+    )
 
 
 def _open_store(settings: Settings) -> Store:

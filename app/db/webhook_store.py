@@ -23,6 +23,8 @@ class Claimed:
     """This attempt's number, from 1."""
     body: str
     give_up_at: float
+    owner: str
+    """The key whose target receives it."""
 
 
 def enqueue(store: Store, row: WebhookDeliveryRow) -> None:
@@ -77,13 +79,13 @@ def claim(store: Store, *, delivery_id: str, me: str, now: float, hold_s: float)
                 "UPDATE webhook_delivery SET claimed_by = :me, claim_until = :until, "
                 "attempts = attempts + 1 WHERE id = :id AND state = 'pending' "
                 "AND (claim_until IS NULL OR claim_until < :now) "
-                "RETURNING attempts, body, give_up_at"
+                "RETURNING attempts, body, give_up_at, owner"
             ),
             {"me": me, "until": now + hold_s, "id": delivery_id, "now": now},
         ).first()
     if found is None:
         return None
-    return Claimed(delivery_id, int(found[0]), str(found[1]), float(found[2]))
+    return Claimed(delivery_id, int(found[0]), str(found[1]), float(found[2]), str(found[3]))
 
 
 def record_attempt(

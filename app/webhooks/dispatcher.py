@@ -19,6 +19,7 @@ import logging
 import random
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -75,9 +76,14 @@ def retry_delay(attempt: int, first_s: float) -> float:
 
 
 class Webhooks:
-    def __init__(self, store: Store, target: Target) -> None:
+    def __init__(
+        self, store: Store, default: Target | None, *, per_owner: Mapping[str, Target]
+    ) -> None:
         self.store = store
-        self.target = target
+        self.default = default
+        """COURIER_WEBHOOK_URL's target: every key's without one of its own."""
+        self.per_owner = dict(per_owner)
+        """The targets of keys with their own (`[[keys]]` `webhook_url`), by owner."""
         self.me = "deliverer_" + secrets.token_hex(6)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -86,7 +92,8 @@ class Webhooks:
         """Enqueue the event for a background response's end, in the caller's unit. The
         payload carries ids only (OpenAI's shape): never text, arguments or secrets."""
         kind = RESPONSE_EVENTS.get(status)
-        if kind is None:
+        target = self.target_of(owner)
+        if kind is None or target is None:
             return
         now = time.time()
         event_id = "evt_" + secrets.token_hex(16)
@@ -106,9 +113,13 @@ class Webhooks:
                 body=json.dumps(body, separators=(",", ":")),
                 next_attempt_at=now,
                 created_at=now,
-                give_up_at=now + self.target.retry_for_s,
+                give_up_at=now + target.retry_for_s,
             ),
         )
+
+    def target_of(self, owner: str) -> Target | None:
+        """A response's webhook goes to its owner key's target."""
+        return self.per_owner.get(owner, self.default)
 
     def wake(self) -> None:
         """An event was committed: deliver it now rather than at the next poll."""
@@ -162,18 +173,21 @@ class Webhooks:
         if claimed is None:
             return  # another deliverer has it, or it is no longer pending
         started = time.monotonic()
-        status, error = await self._post(claimed)
+        # The target as configured now: a key's target changed by a restart is honoured.
+        target = self.target_of(claimed.owner)
+        status, error = await self._post(claimed, target)
         delivered = status is not None and 200 <= status < 300
-        next_at = time.time() + retry_delay(claimed.attempt, self.target.retry_first_s)
+        first_s = target.retry_first_s if target is not None else MAX_DELAY_S
+        next_at = time.time() + retry_delay(claimed.attempt, first_s)
         state = "delivered" if delivered else "pending"
-        if not delivered and next_at > claimed.give_up_at:
+        if not delivered and (target is None or next_at > claimed.give_up_at):
             state = "failed"
             log.warning("webhooks: gave up on %s after %d attempts", delivery_id, claimed.attempt)
         attempt = WebhookAttemptRow(
             delivery_id=delivery_id,
             attempt=claimed.attempt,
             at=now,
-            url=self.target.url,
+            url=target.url if target is not None else "",
             status=status,
             error=error,
             duration_ms=int((time.monotonic() - started) * 1000),
@@ -187,14 +201,18 @@ class Webhooks:
 
         await self.store.off_loop(record)
 
-    async def _post(self, claimed: outbox.Claimed) -> tuple[int | None, str | None]:
+    async def _post(
+        self, claimed: outbox.Claimed, target: Target | None
+    ) -> tuple[int | None, str | None]:
         """(status, None) for an answer, (status, why) for a non-2xx, (None, why) for none."""
-        url = httpx.URL(self.target.url)
+        if target is None:
+            return None, "no_target: the key's webhook is no longer configured"
+        url = httpx.URL(target.url)
         port = url.port or (443 if url.scheme == "https" else 80)
-        if url.scheme != "https" and not _allowed_plain(url.host, port, self.target.allow):
+        if url.scheme != "https" and not _allowed_plain(url.host, port, target.allow):
             return None, "egress_refused: plain http to a host not in COURIER_WEBHOOK_ALLOW_HOSTS"
         try:
-            addresses = await resolve_and_check(url.host, port, allow=self.target.allow)
+            addresses = await resolve_and_check(url.host, port, allow=target.allow)
         except SSRFError as exc:
             return None, f"egress_refused: {exc}"
         body = claimed.body.encode()
@@ -203,7 +221,7 @@ class Webhooks:
             "Content-Type": "application/json",
             "User-Agent": USER_AGENT,
             **signed_headers(
-                self.target.secret,
+                target.secret,
                 msg_id=claimed.delivery_id,
                 timestamp=int(time.time()),
                 body=body,
@@ -211,7 +229,7 @@ class Webhooks:
         }
         for address in addresses:
             try:
-                status = await self._send(url, address, headers, body)
+                status = await self._send(url, address, headers, body, target.timeout_s)
             except (httpx.ConnectError, httpx.ConnectTimeout):
                 continue  # the host's next checked address
             except httpx.TimeoutException:
@@ -221,10 +239,11 @@ class Webhooks:
             return status, None if 200 <= status < 300 else f"status {status}"
         return None, "connect_error"
 
+    @staticmethod
     async def _send(
-        self, url: httpx.URL, address: str, headers: dict[str, str], body: bytes
+        url: httpx.URL, address: str, headers: dict[str, str], body: bytes, timeout_s: float
     ) -> int:
-        extensions: dict[str, object] = {"timeout": httpx.Timeout(self.target.timeout_s).as_dict()}
+        extensions: dict[str, object] = {"timeout": httpx.Timeout(timeout_s).as_dict()}
         if url.scheme == "https":
             extensions["sni_hostname"] = url.host  # TLS still proves the name we checked
         request = httpx.Request(

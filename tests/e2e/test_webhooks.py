@@ -16,7 +16,11 @@ from standardwebhooks import Webhook
 from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 from tests.support.waiting import wait_for
-from tests.support.webhook_receiver import Receiver, receiver  # noqa: F401  (pytest fixture)
+from tests.support.webhook_receiver import (  # noqa: F401  (pytest fixture)
+    Receiver,
+    receiver,
+    receiving,
+)
 
 SECRET = "whsec_" + base64.b64encode(b"courier-webhook-test-secret-32by").decode()
 
@@ -120,6 +124,41 @@ def test_a_target_outside_the_egress_policy_is_never_contacted(
     errors = {e for (e,) in _db(server, "SELECT error FROM webhook_attempt")}
     assert all(e.startswith("egress_refused") for e in errors), errors
     assert receiver.received == []
+
+
+def test_a_key_with_its_own_target_gets_its_responses_events_under_its_secret(
+    sim: Simulator,
+    servers: ServerFactory,
+    receiver: Receiver,  # noqa: F811
+    tmp_path: Any,
+) -> None:
+    own_secret = "whsec_" + base64.b64encode(b"the-own-key-webhook-secret-32by!").decode()
+    own_key = "own-key-0123456789abcdef"
+    with receiving() as own:
+        config = tmp_path / "keys.toml"
+        config.write_text(
+            f'[[keys]]\nname = "own"\nkey = "{own_key}"\nscopes = ["chat"]\n'
+            f'webhook_url = "{own.url}"\nwebhook_secret = "{own_secret}"\n'
+        )
+        allow = f"127.0.0.1:{receiver.port},127.0.0.1:{own.port}"
+        server = _server(
+            servers, receiver, COURIER_CONFIG=str(config), COURIER_WEBHOOK_ALLOW_HOSTS=allow
+        )
+        sim.script([{"reply": {"text": "default's"}}, {"reply": {"text": "own's"}}])
+        default = _client(server).responses.create(model="courier", input="a", background=True)
+        mine = openai.OpenAI(
+            base_url=f"{server.base_url}/v1", api_key=own_key, max_retries=0
+        ).responses.create(model="courier", input="b", background=True)
+        wait_for(lambda: len(receiver.received) == 1 and len(own.received) == 1)
+        assert _verified(receiver.received[0])["data"] == {"id": default.id}
+        got = own.received[0]
+        assert Webhook(own_secret).verify(got.body, got.headers)["data"] == {"id": mine.id}
+        try:  # the default secret does not verify the key's event
+            Webhook(SECRET).verify(got.body, got.headers)
+        except Exception as exc:
+            assert "signature" in str(exc).lower()
+        else:
+            raise AssertionError("the default secret verified another key's event")
 
 
 def test_a_webhook_url_without_a_proper_secret_refuses_to_start(

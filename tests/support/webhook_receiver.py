@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -66,8 +67,8 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
+@contextmanager
+def receiving() -> Iterator[Receiver]:
     found = Receiver(port=ports.free_port())  # not a bare port 0: see app/ops/ports.py
     server = ThreadingHTTPServer(("127.0.0.1", found.port), _handler(found))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -78,3 +79,9 @@ def receiver() -> Iterator[Receiver]:
         found.first_answer.set()
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with receiving() as found:
+        yield found

@@ -10,9 +10,10 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from pydantic import ValidationError
 from standardwebhooks import Webhook
 
-from app.config import ConfigError, load_settings
+from app.config import ConfigError, KeyConfig, load_settings
 from app.db import webhook_store as outbox
 from app.db.store import Store
 from app.webhooks.dispatcher import MAX_DELAY_S, Target, Webhooks, retry_delay
@@ -74,7 +75,7 @@ def _target(url: str, allow: tuple[str, ...] = ()) -> Target:
 
 
 def test_two_deliverers_claim_one_event_once(store: Store) -> None:  # noqa: F811
-    hooks = Webhooks(store, _target("https://hooks.example/x"))
+    hooks = Webhooks(store, _target("https://hooks.example/x"), per_owner={})
     with store.unit():
         hooks.response_ended(response_id="resp_1", owner="o", status="completed")
         hooks.response_ended(response_id="resp_2", owner="o", status="in_progress")  # none
@@ -96,8 +97,16 @@ async def test_egress_refuses_a_forbidden_target_without_connecting(
     store: Store,  # noqa: F811
     url: str,
 ) -> None:
-    hooks = Webhooks(store, _target(url))
-    claimed = outbox.Claimed("evt_x", 1, "{}", time.time() + 60)
-    status, error = await hooks._post(claimed)
+    hooks = Webhooks(store, _target(url), per_owner={})
+    claimed = outbox.Claimed("evt_x", 1, "{}", time.time() + 60, "o")
+    status, error = await hooks._post(claimed, hooks.target_of("o"))
     assert status is None
     assert error is not None and error.startswith("egress_refused")
+
+
+def test_a_keys_own_target_is_checked_the_same_way() -> None:
+    with pytest.raises(ValidationError, match="COURIER_WEBHOOK_SECRET"):
+        KeyConfig(name="k", key=KEY, webhook_url="https://hooks.example/k", webhook_secret="x")
+    with pytest.raises(ValidationError, match="COURIER_WEBHOOK"):
+        KeyConfig(name="k", key=KEY, webhook_url="https://hooks.example/k")
+    KeyConfig(name="k", key=KEY, webhook_url="https://hooks.example/k", webhook_secret=SECRET)
