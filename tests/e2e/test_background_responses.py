@@ -20,6 +20,7 @@ from openai import OpenAI
 from tests.support.approvals import call, decide, pending
 from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
+from tests.support.spec import validate
 from tests.support.waiting import wait_for
 
 ALICE = "alice-key-0123456789abcdef"
@@ -104,6 +105,30 @@ def test_the_sdk_creates_polls_and_reads_a_background_response(
     assert events[-1]["response"] == final.model_dump(mode="json", exclude_unset=True) | {
         "session_id": events[-1]["response"]["session_id"]
     }
+
+
+def test_background_bodies_and_events_match_the_spec(sim: Simulator, bg_server: Server) -> None:
+    sim.script([{"reply": {"text": "to the letter"}}])
+    headers = {"Authorization": f"Bearer {ALICE}"}
+    created = httpx.post(
+        f"{bg_server.base_url}/v1/responses",
+        json={"model": "courier", "input": "spec", "background": True},
+        headers=headers,
+    )
+    assert created.status_code == 200, created.text
+    validate("Response", created.json())
+    assert created.json()["status"] == "queued"
+    response_id = created.json()["id"]
+    _settled(_client(bg_server, ALICE), response_id)
+    polled = httpx.get(f"{bg_server.base_url}/v1/responses/{response_id}", headers=headers)
+    validate("Response", polled.json())
+    for event in _stream_events(bg_server, response_id, ALICE):
+        validate("ResponseStreamEvent", event)
+    cancelled = httpx.post(
+        f"{bg_server.base_url}/v1/responses/{response_id}/cancel", headers=headers
+    )
+    validate("Response", cancelled.json())
+    assert cancelled.json() == polled.json()  # it had ended: cancel changes nothing
 
 
 def test_a_streamed_background_response_resumes_by_sequence_number(
