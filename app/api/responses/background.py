@@ -24,12 +24,11 @@ from typing import Any
 from app.agent.events import TurnEvent, TurnText
 from app.agent.turns.handle import TurnHandle
 from app.api.http.errors import ApiError
-from app.api.http.sse import KEEPALIVE
+from app.api.http.sse import KEEPALIVE, ServerSentEvent
 from app.api.responses.render import (
     INTERRUPTED_MESSAGE,
     EventRenderer,
     ResponseShell,
-    encoded,
     message_item,
 )
 from app.db import background_store as bg
@@ -42,6 +41,11 @@ log = logging.getLogger(__name__)
 
 STOP_WAIT_S = 5.0
 """How long a cancel waits for the turn's close before answering with the body so far."""
+
+
+def encoded(frames: list[tuple[str, str]]) -> bytes:
+    """(event type, JSON) pairs as SSE frames, named as the live Responses stream names them."""
+    return b"".join(ServerSentEvent(event=name, data=data).encode() for name, data in frames)
 
 
 class Recording:

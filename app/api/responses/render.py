@@ -346,7 +346,7 @@ Recording = asyncio.Future[tuple[dict[str, Any], TurnFinished]]
 """The recording of a response: its final body and how the turn ended, once stored."""
 
 
-def encoded(frames: list[tuple[str, str]]) -> bytes:
+def _encoded(frames: list[tuple[str, str]]) -> bytes:
     return b"".join(ServerSentEvent(event=name, data=data).encode() for name, data in frames)
 
 
@@ -363,11 +363,11 @@ class ResponseFrames:
         self.handle = handle
         self.done = done
         self.tool_events = tool_events
-        self.head = encoded(self.renderer.start())
+        self.head = _encoded(self.renderer.start())
 
     def frames(self, event: TurnEvent) -> bytes:
         if isinstance(event, TurnText):
-            return encoded(self.renderer.text_delta(event.text))
+            return _encoded(self.renderer.text_delta(event.text))
         if self.tool_events and isinstance(event, ToolStarted | ToolFinished):
             payload = json.dumps(tool_event_payload(event), separators=(",", ":"))
             return ServerSentEvent(event="courier.tool", data=payload).encode()
@@ -377,7 +377,7 @@ class ResponseFrames:
         # The final body is the recorder's: the stream ends with what was stored.
         final, _ = await asyncio.shield(self.done)
         self.handle.delivered = True
-        return encoded(self.renderer.finish(final))
+        return _encoded(self.renderer.finish(final))
 
     def left(self) -> None:
         self.handle.abandon()
