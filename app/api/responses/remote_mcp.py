@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from app.api.http.errors import ApiError
 from app.api.responses.translate import Translated
-from app.api.responses.wire import new_id
+from app.api.responses.wire import ResponseCreateRequest, new_id
 from app.config import Settings
 from app.db import session_query as q
 from app.db.store import Store
@@ -86,15 +86,16 @@ class RemoteMcp:
                 pass
 
     async def prepare(
-        self, translated: Translated, store: Store, *, previous: str | None
-    ) -> tuple[RemoteTools, list[Listing]]:
-        """The turn's remote tools, and the listings this response made (the new
-        `mcp_list_tools` items)."""
+        self, translated: Translated, store: Store, request: ResponseCreateRequest
+    ) -> tuple[RemoteTools, tuple[dict[str, Any], ...]]:
+        """The turn's remote tools, and the `mcp_list_tools` items this response made
+        (none for a listing an earlier response of its chain returned)."""
         servers = tuple(server for _, server in translated.remote)
         if not servers:
             if not translated.approved:
-                return NO_REMOTE_TOOLS, []
-            return RemoteTools(approved=translated.approved), []
+                return NO_REMOTE_TOOLS, ()
+            return RemoteTools(approved=translated.approved), ()
+        previous = request.previous_response_id
         known = chain_listings(store, previous, servers) if previous else {}
         # The SDK costs a second or two to import: once, off the event loop.
         client: Any = await asyncio.to_thread(
@@ -115,7 +116,7 @@ class RemoteMcp:
         listings = {**known, **{listing.label: listing for listing in fresh}}
         call = partial(client.call_tool, allow=self.url_allow, timeout_s=self.call_timeout_s)
         tools = remote_tools(servers, listings, call=call, approved=translated.approved)
-        return tools, list(fresh)
+        return tools, tuple(listing.item() for listing in fresh)
 
 
 def chain_listings(

@@ -70,11 +70,13 @@ def function_call_item(call: ToolCall, status: str = "completed") -> dict[str, A
     }
 
 
-ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed", "cancelled"]
+ResponseStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
 
 
 def status_of(finished: TurnFinished) -> ResponseStatus:
-    if finished.error is not None:
+    # `interrupted` (a drain ran out, a process died) carries no error of its own: read as
+    # `completed`, half an answer would pass for a whole one.
+    if finished.error is not None or finished.exit_reason == "interrupted":
         return "failed"
     if finished.exit_reason == "cancelled":
         return "cancelled"
@@ -100,9 +102,14 @@ def response_usage(finished: TurnFinished, courier: dict[str, Any]) -> dict[str,
     }
 
 
+INTERRUPTED_MESSAGE = "the server stopped before the response finished (interrupted)"
+
+
 def response_error(finished: TurnFinished) -> dict[str, Any] | None:
     err = finished.error
     if err is None:
+        if finished.exit_reason == "interrupted":
+            return {"code": "server_error", "message": INTERRUPTED_MESSAGE}
         return None
     # The spec's code is a closed enum; Courier's own code travels in the message.
     code = "rate_limit_exceeded" if turn_error_status(err) == 429 else "server_error"
@@ -186,7 +193,7 @@ class ResponseShell:
             "object": "response",
             "created_at": self.created_at,
             "status": status,
-            "background": False,
+            "background": bool(r.background),
             "completed_at": int(time.time()) if status == "completed" else None,
             "error": error,
             "incomplete_details": incomplete,
@@ -294,6 +301,15 @@ class OutputItems:
             if self.items[index]["status"] == "in_progress":
                 self.items[index]["status"] = "incomplete"
         return self._close_text("completed" if status == "completed" else "incomplete")
+
+    def so_far(self) -> list[dict[str, Any]]:
+        """The items as they stand mid-turn (a polled background response): the open
+        message with its text so far."""
+        items = [dict(item) for item in self.items]
+        if self._text is not None:
+            last = items[-1]
+            items[-1] = message_item(last["id"], "".join(self._text), "in_progress")
+        return items
 
     def _append(self, item: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         self.items.append(item)
@@ -434,12 +450,24 @@ class EventRenderer:
         return [self._event(kind, **fields) for kind, fields in frames]
 
     def start(self) -> list[tuple[str, str]]:
-        shell = self.shell.body(status="in_progress", output=[])
-        return [
-            self._event("response.created", response=shell),
-            self._event("response.in_progress", response=shell),
-            *self._events(self.output.head()),
-        ]
+        if self.shell.request.background:
+            # OpenAI's order for a background response: created and queued, then running.
+            queued = self.shell.body(status="queued", output=[])
+            frames = [
+                self._event("response.created", response=queued),
+                self._event("response.queued", response=queued),
+                self._event(
+                    "response.in_progress",
+                    response=self.shell.body(status="in_progress", output=[]),
+                ),
+            ]
+        else:
+            shell = self.shell.body(status="in_progress", output=[])
+            frames = [
+                self._event("response.created", response=shell),
+                self._event("response.in_progress", response=shell),
+            ]
+        return [*frames, *self._events(self.output.head())]
 
     def add(self, event: TurnEvent) -> list[tuple[str, str]]:
         return self._events(self.output.add(event))
