@@ -35,6 +35,7 @@ from tests.support.responses import check_events, stream_events
 from tests.support.server import Server, ServerFactory, free_port
 from tests.support.sim import Simulator
 from tests.support.spec import validate
+from tests.support.waiting import wait_for
 
 HEADER_SECRET = "remote-header-token-0123456789abcdef"
 OPEN = "<<<UNTRUSTED MCP RESULT from "
@@ -581,3 +582,33 @@ def test_a_stateless_client_replays_its_mcp_calls(remote: Remote, sim: Simulator
     (result,) = tool_results(sim)
     assert result.startswith(OPEN + "tb/echo>>>") and "said before the resend" in result
     assert body["messages"][-1] == {"role": "user", "content": "two"}
+
+
+def test_a_background_response_carries_its_mcp_items(remote: Remote, sim: Simulator) -> None:
+    sim.script(
+        [
+            {"reply": {"tool_calls": [call("mcp__tb__echo", text="in the background")]}},
+            {"reply": {"text": "done in the background"}},
+        ]
+    )
+    client = remote.client()
+    created = client.responses.create(
+        model="courier",
+        input="work alone",
+        tools=[remote.tool(require_approval="never")],
+        background=True,
+    )
+    polled: list[Any] = []
+
+    def settled() -> bool:
+        polled[:] = [client.responses.retrieve(created.id)]
+        return polled[0].status not in ("queued", "in_progress")
+
+    wait_for(settled)
+    response = polled[0]
+    assert response.status == "completed"
+    assert [type(i) for i in response.output] == [McpListTools, McpCall, ResponseOutputMessage]
+    with client.responses.retrieve(created.id, stream=True) as replay:
+        kinds = [event.type for event in replay]
+    assert "response.mcp_list_tools.completed" in kinds
+    assert "response.mcp_call.completed" in kinds
