@@ -1,0 +1,165 @@
+"""A resent history matched to the stored conversation it repeats, before anything is validated.
+
+Clients resend the whole visible history every turn. Validating, translating and hashing
+every message of it made a turn's cost grow with the conversation (2x by turn 250) and a
+10,000-message request cost a third of a second even when all but its last message were
+stored. The continuity chain (`app/agent/opening/continuity.py`) proves a prefix equal to
+a stored transcript, so only what follows the prefix needs the full path: here the raw
+JSON messages are chained without building a model per message, the stored conversation
+they extend is looked up, and the request is cut to its leading instructions plus the new
+messages. The lifecycle re-checks the match under the session's lease (`ResumePoint`).
+
+Anything the scan does not recognise as certainly valid (an image, a legacy role, a field
+of the wrong type, a conversation that diverges from the stored one) returns None and the
+request takes the full path, so every error a client can get stays the full path's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.agent.opening.continuity import extend_canonical
+from app.agent.turn_request import ResumePoint
+from app.db.chat_store import NEWEST_FIRST, find_continuations
+from app.db.store import Store
+
+_INSTRUCTIONS = ("system", "developer")
+
+
+@dataclass(frozen=True, slots=True)
+class Scanned:
+    heads: tuple[str, ...]
+    """The rolling hash after each visible message: `continuity.chain`'s keys."""
+    where: tuple[int, ...]
+    """The index in `messages` of each visible message."""
+    answered: bool
+    """Whether an assistant message is among them (only an answer of ours identifies a
+    conversation: `SessionLifecycle._continuation`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """Where a resent history continues a stored conversation."""
+
+    point: ResumePoint
+    lead: int
+    """How many system/developer messages open the history (kept: the context tier)."""
+    cut: int
+    """The index in `messages` of the first message past the stored prefix."""
+
+    def tail(self, messages: list[object]) -> list[object]:
+        """What the full path still needs: the leading instructions and the new messages."""
+        return messages[: self.lead] + messages[self.cut :]
+
+
+def _text(content: object) -> str | None:
+    """`ChatMessageIn.text()` of a raw content, or None if it holds anything but text (an
+    image needs decoding, an unknown part a 400) or would not validate."""
+    if content is None:
+        return ""
+    if type(content) is str:
+        return content
+    if type(content) is not list:
+        return None
+    out: list[str] = []
+    for part in content:
+        if type(part) is not dict or part.get("type") != "text" or "image_url" in part:
+            return None
+        text = part.get("text")
+        if text is not None and type(text) is not str:
+            return None
+        out.append(text or "")
+    return "".join(out)
+
+
+def _calls(raw: object) -> tuple[tuple[str, str, str], ...] | None:
+    """A raw `tool_calls` as (id, name, arguments), as `ToolCallIn` fills them in, or None
+    if a field has a type the model would refuse."""
+    if raw is None:
+        return ()
+    if type(raw) is not list:
+        return None
+    out: list[tuple[str, str, str]] = []
+    for call in raw:
+        if type(call) is not dict:
+            return None
+        function = call.get("function", {})
+        if type(function) is not dict:
+            return None
+        fields = (call.get("id", ""), function.get("name", ""), function.get("arguments", ""))
+        if any(type(f) is not str for f in (*fields, call.get("type", ""))):
+            return None
+        out.append(fields)
+    return tuple(out)
+
+
+def scan(seed: str, messages: list[object]) -> Scanned | None:
+    """The chain of a raw history from `seed`, or None where the full path must decide."""
+    heads: list[str] = []
+    where: list[int] = []
+    answered = False
+    head = seed
+    for i, m in enumerate(messages):
+        if type(m) is not dict:
+            return None
+        role = m.get("role")
+        text = _text(m.get("content"))
+        calls = _calls(m.get("tool_calls"))
+        name, call_id = m.get("name"), m.get("tool_call_id")
+        if text is None or calls is None:
+            return None
+        if (name is not None and type(name) is not str) or (
+            call_id is not None and type(call_id) is not str
+        ):
+            return None
+        if role in _INSTRUCTIONS:
+            continue  # not part of the chain (apps rewrite them freely)
+        if role == "user":
+            head = extend_canonical(head, "user", text)
+        elif role == "assistant":
+            head = extend_canonical(head, "assistant", text, calls)
+            answered = True
+        elif role == "tool" and call_id:
+            head = extend_canonical(head, "tool", text, call_id=call_id)
+        else:
+            return None  # `function`, an unknown role, a tool result naming no call
+        heads.append(head)
+        where.append(i)
+    return Scanned(tuple(heads), tuple(where), answered)
+
+
+def leading_instructions(messages: list[object]) -> int:
+    """How many system/developer messages open the history (the prompt's context tier)."""
+    n = 0
+    while n < len(messages) and isinstance(m := messages[n], dict):
+        if m.get("role") not in _INSTRUCTIONS:
+            break
+        n += 1
+    return n
+
+
+def resumed(store: Store, seed: str, messages: list[object]) -> Resumed | None:
+    """The stored conversation `messages` simply extends, found by its newest hashes.
+
+    The choice is `SessionLifecycle._continuation`'s (the longest match the request simply
+    extends), taken only when the newest hashes settle it; a history that diverges from
+    what is stored, or that nothing stored matches, goes the full path, which retracts or
+    starts a session as before."""
+    scanned = scan(seed, messages)
+    if scanned is None or not scanned.answered:
+        return None
+    found = find_continuations(store, hashes=scanned.heads[-NEWEST_FIRST:])
+    match = next((c for c in found if c.stored_len == c.position), None)
+    if match is None:
+        return None
+    cut = scanned.where[match.position - 1] + 1
+    if cut >= len(messages):
+        return None  # nothing new: the full path decides what a bare resend means
+    point = ResumePoint(
+        session_id=match.session_id,
+        position=match.position,
+        head=scanned.heads[match.position - 1],
+        last_row_id=match.last_row_id,
+        compactions=match.compactions,
+    )
+    return Resumed(point, leading_instructions(messages), cut)
