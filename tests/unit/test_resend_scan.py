@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from app.agent.opening.continuity import chain
+from app.api.chat import resend
 from app.api.chat.fields import refuse_unsupported
-from app.api.chat.resend import leading_instructions, scan
+from app.api.chat.resend import RecentScans, leading_instructions, scan
 from app.api.chat.translate import turn_request
 from app.api.chat.wire import ChatCompletionRequest
 from app.api.http.end_users import OnBehalf
@@ -158,3 +159,67 @@ def test_the_full_path_refuses_what_the_hostile_table_holds() -> None:
         except (ApiError, ValueError):
             refused += 1
     assert refused == len(HOSTILE) - 1
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    hashed = [0]
+    real = resend.extend_canonical
+
+    def counted(*args: Any, **kwargs: Any) -> str:
+        hashed[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(resend, "extend_canonical", counted)
+    return hashed
+
+
+def test_a_kept_scan_is_extended_by_the_new_messages_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    hashed = _counting(monkeypatch)
+    scans = RecentScans()
+    rng = random.Random(32)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "s"}]
+    for turn in range(30):
+        history += [_message(rng), {"role": "assistant", "content": f"a{turn}"}]
+        resent = json.loads(json.dumps(history))  # a new request: equal, not the same objects
+        hashed[0] = 0
+        got = scans.scan("seed", resent)
+        if turn:  # each request after the first hashes its new messages alone
+            assert hashed[0] == sum(m["role"] not in ("system", "developer") for m in history[-2:])
+        assert got == scan("seed", resent)
+    hashed[0] = 0
+    resent = json.loads(json.dumps([*history, {"role": "user", "content": "next"}]))
+    scans.scan("seed", resent)
+    assert hashed[0] == 1
+
+
+def test_a_kept_scan_is_never_extended_across_seeds_or_edits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hashed = _counting(monkeypatch)
+    scans = RecentScans()
+    history = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "how are you?"},
+    ]
+    scans.scan("seed-a", history)
+    hashed[0] = 0
+    other = scans.scan("seed-b", [*history, {"role": "assistant", "content": "fine"}])
+    assert hashed[0] == 4  # another principal's chain: all of it
+    assert other == scan("seed-b", [*history, {"role": "assistant", "content": "fine"}])
+    edited = [history[0], {"role": "assistant", "content": "HELLO"}, *history[2:]]
+    hashed[0] = 0
+    got = scans.scan("seed-a", edited)
+    assert hashed[0] == 3  # the kept scan's prefix differs: scanned whole
+    assert got == scan("seed-a", edited)
+    # Equal values of another type are not equal JSON for the scan: never reused.
+    typed: list[object] = [{"role": "user", "content": "hi", "name": None}]
+    assert scans.scan("seed-a", typed) is not None
+    assert scans.scan("seed-a", [{"role": "user", "content": "hi", "name": 0}]) is None
+
+
+def test_kept_scans_hold_a_bounded_number_of_messages() -> None:
+    scans = RecentScans(messages=50)
+    for i in range(40):
+        scans.scan("seed", [{"role": "user", "content": f"conversation {i}"}] * 10)
+    assert scans._held <= 50

@@ -20,7 +20,7 @@ from app.agent.turn_request import TurnRequest
 from app.api.chat.busy_policy import Steered, start_when_free, steer_text
 from app.api.chat.fields import ignored_fields, refuse_unsupported
 from app.api.chat.parse import LONG_HISTORY, validate_request, validated
-from app.api.chat.resend import Resumed, resumed
+from app.api.chat.resend import RecentScans, Resumed, resumed
 from app.api.chat.translate import turn_request
 from app.api.chat.wire import ChatCompletionRequest
 from app.api.http import end_users
@@ -32,6 +32,10 @@ from app.config import BusyStrategy, Profile
 from app.security.principal import Principal
 
 __all__ = ["ChatServing", "Retry", "Shortcut", "StartedTurn", "Steered"]
+
+
+SCAN_ON_LOOP = 1_000
+"""Messages past which a resent history is scanned on a thread (2 ms when none is kept)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,7 @@ class ChatServing:
     def __init__(self, turn_serving: TurnServing) -> None:
         self.turn_serving = turn_serving
         self.settings = turn_serving.setup.settings
+        self.scans = RecentScans()
 
     def resolve_profile(self, model: str) -> Profile:
         return self.turn_serving.resolve_profile(model)
@@ -90,8 +95,10 @@ class ChatServing:
         ):
             return None
         seed = scope_seed(owner=principal.owner, profile=profile.name, end_user=on_behalf.end_user)
-        find = partial(resumed, self.turn_serving.store, seed, messages)
-        found = await asyncio.to_thread(find) if len(messages) > LONG_HISTORY else find()
+        find = partial(resumed, self.turn_serving.store, seed, messages, self.scans)
+        # Mostly a kept scan extended by a message or two (`RecentScans`): cheaper than the
+        # hop, unless the history is long enough to cost the loop a few ms when it is new.
+        found = await asyncio.to_thread(find) if len(messages) > SCAN_ON_LOOP else find()
         if found is None:
             return None
         try:
