@@ -79,6 +79,9 @@ class ChatServing:
             or not isinstance(messages, list)
             or not isinstance(model, str)
             or not all(v is None or isinstance(v, str) for v in (user, safety))
+            # Only an answer of ours identifies a conversation: a history without one (every
+            # new conversation's first request) has nothing stored to resume.
+            or not any(type(m) is dict and m.get("role") == "assistant" for m in messages)
         ):
             return None
         try:
