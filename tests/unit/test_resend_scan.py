@@ -13,12 +13,13 @@ import pytest
 from app.agent.opening.continuity import chain
 from app.api.chat import resend
 from app.api.chat.fields import refuse_unsupported
-from app.api.chat.resend import RecentScans, leading_instructions, scan
+from app.api.chat.resend import RecentScans, Scanned, leading_instructions, scan
 from app.api.chat.translate import turn_request
 from app.api.chat.wire import ChatCompletionRequest
 from app.api.http.end_users import OnBehalf
 from app.api.http.errors import ApiError
 from app.config import Profile
+from app.db.chat_store import NEWEST_FIRST
 
 ODD = ["", "a", "é", "中", "😀", '"', "\\", "\n", "}", "[", "\u2028", " "]
 
@@ -185,7 +186,7 @@ def test_a_kept_scan_is_extended_by_the_new_messages_only(monkeypatch: pytest.Mo
         got = scans.scan("seed", resent)
         if turn:  # each request after the first hashes its new messages alone
             assert hashed[0] == sum(m["role"] not in ("system", "developer") for m in history[-2:])
-        assert got == scan("seed", resent)
+        _same(got, scan("seed", resent))
     hashed[0] = 0
     resent = json.loads(json.dumps([*history, {"role": "user", "content": "next"}]))
     scans.scan("seed", resent)
@@ -206,20 +207,35 @@ def test_a_kept_scan_is_never_extended_across_seeds_or_edits(
     hashed[0] = 0
     other = scans.scan("seed-b", [*history, {"role": "assistant", "content": "fine"}])
     assert hashed[0] == 4  # another principal's chain: all of it
-    assert other == scan("seed-b", [*history, {"role": "assistant", "content": "fine"}])
+    _same(other, scan("seed-b", [*history, {"role": "assistant", "content": "fine"}]))
     edited = [history[0], {"role": "assistant", "content": "HELLO"}, *history[2:]]
     hashed[0] = 0
     got = scans.scan("seed-a", edited)
     assert hashed[0] == 3  # the kept scan's prefix differs: scanned whole
-    assert got == scan("seed-a", edited)
+    _same(got, scan("seed-a", edited))
     # Equal values of another type are not equal JSON for the scan: never reused.
-    typed: list[object] = [{"role": "user", "content": "hi", "name": None}]
-    assert scans.scan("seed-a", typed) is not None
-    assert scans.scan("seed-a", [{"role": "user", "content": "hi", "name": 0}]) is None
+    first: list[object] = [{"role": "user", "content": "hi"}, {"role": "tool", "content": "1"}]
+    assert scans.scan("seed-a", first) is None  # a tool result naming no call
+    kept: list[object] = [{"role": "user", "content": "hi", "n": 1}]
+    scans.scan("seed-a", kept)
+    hashed[0] = 0
+    scans.scan("seed-a", [{"role": "user", "content": "hi", "n": 1.0}, {"role": "user"}])
+    assert hashed[0] == 2  # 1 == 1.0, but they encode apart: nothing reused
 
 
-def test_kept_scans_hold_a_bounded_number_of_messages() -> None:
-    scans = RecentScans(messages=50)
+def test_kept_scans_hold_a_bounded_number_of_conversations_and_heads() -> None:
+    scans = RecentScans(conversations=8)
     for i in range(40):
-        scans.scan("seed", [{"role": "user", "content": f"conversation {i}"}] * 10)
-    assert scans._held <= 50
+        history = [{"role": "user", "content": f"conversation {i}"}] * 30
+        scans.scan("seed", history)
+        scans.scan("seed", [*history, {"role": "assistant", "content": "x"}])
+    assert len(scans) == 8  # one per conversation: the scan extended was let go
+    assert all(len(e[2].heads) <= NEWEST_FIRST for es in scans._kept.values() for e in es)
+
+
+def _same(got: Scanned | None, fresh: Scanned | None) -> None:
+    """A kept scan extended is the fresh scan's newest part."""
+    assert got is not None and fresh is not None
+    assert got.heads == fresh.heads[got.dropped :]
+    assert got.where == fresh.where[got.dropped :]
+    assert (got.answered, got.count) == (fresh.answered, fresh.count)

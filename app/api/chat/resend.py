@@ -16,6 +16,7 @@ request takes the full path, so every error a client can get stays the full path
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -41,6 +42,17 @@ class Scanned:
     conversation: `SessionLifecycle._continuation`)."""
     count: int
     """How many raw messages (instructions too) the scan read."""
+    dropped: int = 0
+    """How many of the first heads (and `where`s) a kept scan let go: `heads[i]` is the
+    head after visible message `dropped + i + 1`."""
+
+    def newest(self, keep: int) -> Scanned:
+        """The same scan holding only its newest `keep` heads: all a lookup and the next
+        extension need (a 10,000-message history's heads alone are a megabyte)."""
+        gone = max(len(self.heads) - keep, 0)
+        return Scanned(
+            self.heads[gone:], self.where[gone:], self.answered, self.count, self.dropped + gone
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +118,7 @@ def scan(seed: str, messages: list[object], known: Scanned | None = None) -> Sca
     heads: list[str] = list(known.heads) if known else []
     where: list[int] = list(known.where) if known else []
     answered = known.answered if known else False
+    dropped = known.dropped if known else 0
     head = heads[-1] if heads else seed
     start = known.count if known else 0
     for i in range(start, len(messages)):
@@ -135,7 +148,12 @@ def scan(seed: str, messages: list[object], known: Scanned | None = None) -> Sca
             return None  # `function`, an unknown role, a tool result naming no call
         heads.append(head)
         where.append(i)
-    return Scanned(tuple(heads), tuple(where), answered, len(messages))
+    return Scanned(tuple(heads), tuple(where), answered, len(messages), dropped)
+
+
+_Key = tuple[str, bytes]
+_Entry = tuple[int, bytes, Scanned]
+"""A kept scan: how many messages it read, the digest of their encoding, its newest heads."""
 
 
 class RecentScans:
@@ -143,22 +161,19 @@ class RecentScans:
     its previous request ended, not from its first message.
 
     Hashing every message again was most of what a resent turn cost past the full path's
-    own growth (1.5 ms at 600 messages). Comparing the new request's messages with the
-    kept ones is one C-level `==` over the lists (a tenth of that): equal parsed JSON
-    scans the same, because every field the scan reads compares equal only to a value of
-    the same type (a string to a string, None to None). Keyed by the chain's seed (one
-    principal, profile and end user: another caller never extends a scan it did not make)
-    and the first message, with a few conversations under each key (apps open many
-    conversations with the same words)."""
+    own growth (1.5 ms at 600 messages). A kept scan is taken when the request's first
+    `count` messages encode (orjson) to the bytes whose digest it kept: equal bytes are
+    equal JSON, types included, so they scan the same; encoding and hashing them costs a
+    tenth of scanning them. Nothing of the messages is kept, only digests and each scan's
+    newest heads. Keyed by the chain's seed (one principal, profile and end user: another
+    caller never extends a scan it did not make) and the first message, with a few
+    conversations under each key (apps open many conversations with the same words)."""
 
     PER_KEY = 4
 
-    def __init__(self, *, messages: int = 100_000) -> None:
-        self._max = messages
-        self._held = 0
-        self._kept: OrderedDict[tuple[str, bytes], list[tuple[list[object], Scanned]]] = (
-            OrderedDict()
-        )
+    def __init__(self, *, conversations: int = 4096) -> None:
+        self._max = conversations
+        self._kept: OrderedDict[tuple[str, bytes], list[tuple[int, bytes, Scanned]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def scan(self, seed: str, messages: list[object]) -> Scanned | None:
@@ -166,43 +181,35 @@ class RecentScans:
         if not messages:
             return scan(seed, messages)
         try:
-            key = (seed, orjson.dumps(messages[0]))
-        except TypeError:
-            return None  # not JSON a body could hold: never here
-        known, old = None, None
-        with self._lock:
-            for kept in self._kept.get(key, ()):
-                before, scanned = kept
-                if len(before) <= len(messages) and messages[: len(before)] == before:
-                    known, old = scanned, kept
-                    break
-        found = scan(seed, messages, known)
-        if found is not None:
-            self._keep(key, (messages, found), old)
+            key = (seed, _digest(messages[:1]))
+            with self._lock:
+                entries = list(self._kept.get(key, ()))
+            old = next(
+                (e for e in entries if e[0] <= len(messages) and _digest(messages[: e[0]]) == e[1]),
+                None,
+            )
+            found = scan(seed, messages, old[2] if old is not None else None)
+            if found is not None:
+                new = (found.count, _digest(messages), found.newest(NEWEST_FIRST))
+                self._keep(key, new, old)
+        except TypeError:  # not what a JSON body parses to (a test's objects): no keeping
+            return scan(seed, messages)
         return found
 
-    def _keep(
-        self,
-        key: tuple[str, bytes],
-        entry: tuple[list[object], Scanned],
-        old: tuple[list[object], Scanned] | None,
-    ) -> None:
+    def _keep(self, key: _Key, new: _Entry, old: _Entry | None) -> None:
         with self._lock:
-            entries = self._kept.pop(key, [])
-            # By identity: `==` would compare the whole histories again.
-            for i, kept in enumerate(entries):
-                if kept is old:
-                    del entries[i]
-                    self._held -= len(kept[0])
-                    break
-            entries.insert(0, entry)
-            self._held += len(entry[0])
-            while len(entries) > self.PER_KEY:
-                self._held -= len(entries.pop()[0])
-            self._kept[key] = entries
-            while self._held > self._max and self._kept:
-                _, dropped = self._kept.popitem(last=False)
-                self._held -= sum(len(m) for m, _ in dropped)
+            # The scan it extended is no longer needed, nor one of the same messages.
+            entries = [e for e in self._kept.pop(key, []) if e is not old and e[1] != new[1]]
+            self._kept[key] = [new, *entries][: self.PER_KEY]
+            while len(self._kept) > self._max:
+                self._kept.popitem(last=False)
+
+    def __len__(self) -> int:
+        return sum(len(entries) for entries in self._kept.values())
+
+
+def _digest(messages: list[object]) -> bytes:
+    return hashlib.sha256(orjson.dumps(messages)).digest()
 
 
 def leading_instructions(messages: list[object]) -> int:
@@ -231,13 +238,14 @@ def resumed(
     match = next((c for c in found if c.stored_len == c.position), None)
     if match is None:
         return None
-    cut = scanned.where[match.position - 1] + 1
+    at = match.position - 1 - scanned.dropped  # the match is among the heads looked up
+    cut = scanned.where[at] + 1
     if cut >= len(messages):
         return None  # nothing new: the full path decides what a bare resend means
     point = ResumePoint(
         session_id=match.session_id,
         position=match.position,
-        head=scanned.heads[match.position - 1],
+        head=scanned.heads[at],
         last_row_id=match.last_row_id,
         compactions=match.compactions,
     )
