@@ -230,7 +230,7 @@ def test_kept_scans_hold_a_bounded_number_of_conversations_and_heads() -> None:
         scans.scan("seed", history)
         scans.scan("seed", [*history, {"role": "assistant", "content": "x"}])
     assert len(scans) == 8  # one per conversation: the scan extended was let go
-    assert all(len(e[2].heads) <= NEWEST_FIRST for es in scans._kept.values() for e in es)
+    assert all(len(e[3].heads) <= NEWEST_FIRST for es in scans._kept.values() for e in es)
 
 
 def _same(got: Scanned | None, fresh: Scanned | None) -> None:

@@ -152,8 +152,10 @@ def scan(seed: str, messages: list[object], known: Scanned | None = None) -> Sca
 
 
 _Key = tuple[str, bytes]
-_Entry = tuple[int, bytes, Scanned]
-"""A kept scan: how many messages it read, the digest of their encoding, its newest heads."""
+_Entry = tuple[int, int, bytes, Scanned]
+"""A kept scan: how many messages it read, how many bytes their orjson encoding is without
+its closing bracket, those bytes' sha256, and the scan's newest heads."""
+_ENDS = (ord(","), ord("]"))
 
 
 class RecentScans:
@@ -161,9 +163,9 @@ class RecentScans:
     its previous request ended, not from its first message.
 
     Hashing every message again was most of what a resent turn cost past the full path's
-    own growth (1.5 ms at 600 messages). A kept scan is taken when the request's first
-    `count` messages encode (orjson) to the bytes whose digest it kept: equal bytes are
-    equal JSON, types included, so they scan the same; encoding and hashing them costs a
+    own growth (1.5 ms at 600 messages). A kept scan is taken when the request's messages,
+    encoded (orjson), open with the bytes whose digest it kept: equal bytes are equal JSON,
+    types included, so they scan the same; one encoding and one pass of sha256 cost a
     tenth of scanning them. Nothing of the messages is kept, only digests and each scan's
     newest heads. Keyed by the chain's seed (one principal, profile and end user: another
     caller never extends a scan it did not make) and the first message, with a few
@@ -173,7 +175,7 @@ class RecentScans:
 
     def __init__(self, *, conversations: int = 4096) -> None:
         self._max = conversations
-        self._kept: OrderedDict[tuple[str, bytes], list[tuple[int, bytes, Scanned]]] = OrderedDict()
+        self._kept: OrderedDict[_Key, list[_Entry]] = OrderedDict()
         self._lock = threading.Lock()
 
     def scan(self, seed: str, messages: list[object]) -> Scanned | None:
@@ -181,35 +183,44 @@ class RecentScans:
         if not messages:
             return scan(seed, messages)
         try:
-            key = (seed, _digest(messages[:1]))
-            with self._lock:
-                entries = list(self._kept.get(key, ()))
-            old = next(
-                (e for e in entries if e[0] <= len(messages) and _digest(messages[: e[0]]) == e[1]),
-                None,
-            )
-            found = scan(seed, messages, old[2] if old is not None else None)
-            if found is not None:
-                new = (found.count, _digest(messages), found.newest(NEWEST_FIRST))
-                self._keep(key, new, old)
+            text = orjson.dumps(messages)
+            key = (seed, hashlib.sha256(orjson.dumps(messages[0])).digest())
         except TypeError:  # not what a JSON body parses to (a test's objects): no keeping
             return scan(seed, messages)
+        view = memoryview(text)
+        with self._lock:
+            entries = list(self._kept.get(key, ()))
+        old, digest = None, None
+        for entry in entries:
+            count, length, kept_digest, _ = entry
+            # `[` and the first `count` messages' encodings, ending where a comma (or the
+            # closing bracket) follows: the same bytes are the same messages.
+            if count <= len(messages) and length < len(text) and text[length] in _ENDS:
+                digest = hashlib.sha256(view[:length])
+                if digest.digest() == kept_digest:
+                    old = entry
+                    break
+        found = scan(seed, messages, old[3] if old is not None else None)
+        if found is not None:
+            end = len(text) - 1
+            if old is not None and digest is not None:
+                digest.update(view[old[1] : end])  # one pass over the bytes in all
+            else:
+                digest = hashlib.sha256(view[:end])
+            new = (found.count, end, digest.digest(), found.newest(NEWEST_FIRST))
+            self._keep(key, new, old)
         return found
 
     def _keep(self, key: _Key, new: _Entry, old: _Entry | None) -> None:
         with self._lock:
             # The scan it extended is no longer needed, nor one of the same messages.
-            entries = [e for e in self._kept.pop(key, []) if e is not old and e[1] != new[1]]
+            entries = [e for e in self._kept.pop(key, []) if e is not old and e[2] != new[2]]
             self._kept[key] = [new, *entries][: self.PER_KEY]
             while len(self._kept) > self._max:
                 self._kept.popitem(last=False)
 
     def __len__(self) -> int:
         return sum(len(entries) for entries in self._kept.values())
-
-
-def _digest(messages: list[object]) -> bytes:
-    return hashlib.sha256(orjson.dumps(messages)).digest()
 
 
 def leading_instructions(messages: list[object]) -> int:
