@@ -239,3 +239,16 @@ def _same(got: Scanned | None, fresh: Scanned | None) -> None:
     assert got.heads == fresh.heads[got.dropped :]
     assert got.where == fresh.where[got.dropped :]
     assert (got.answered, got.count) == (fresh.answered, fresh.count)
+
+
+def test_the_longest_kept_prefix_is_extended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two conversations where one opens with the other's whole history (the same
+    questions, the same answers): each request extends its own scan, not the shorter."""
+    hashed = _counting(monkeypatch)
+    scans = RecentScans()
+    long = [{"role": "user" if i % 2 == 0 else "assistant", "content": "same"} for i in range(41)]
+    scans.scan("seed", long)
+    scans.scan("seed", long[:5])  # the younger one, kept more recently
+    hashed[0] = 0
+    scans.scan("seed", [*long, {"role": "assistant", "content": "x"}])
+    assert hashed[0] == 1

@@ -189,7 +189,9 @@ class RecentScans:
             return scan(seed, messages)
         view = memoryview(text)
         with self._lock:
-            entries = list(self._kept.get(key, ()))
+            # The longest first: one conversation may open with another's whole history
+            # (the same words, the same answers), and extending the shorter rescans the rest.
+            entries = sorted(self._kept.get(key, ()), key=lambda e: e[0], reverse=True)
         old, digest = None, None
         for entry in entries:
             count, length, kept_digest, _ = entry
