@@ -34,10 +34,6 @@ from app.security.principal import Principal
 __all__ = ["ChatServing", "Retry", "Shortcut", "StartedTurn", "Steered"]
 
 
-SCAN_ON_LOOP = 1_000
-"""Messages past which a resent history is scanned on a thread (2 ms when none is kept)."""
-
-
 @dataclass(frozen=True, slots=True)
 class Shortcut:
     """A resent history cut to what follows its stored prefix (`app/api/chat/resend.py`)."""
@@ -98,10 +94,11 @@ class ChatServing:
         ):
             return None
         seed = scope_seed(owner=principal.owner, profile=profile.name, end_user=on_behalf.end_user)
-        find = partial(resumed, self.turn_serving.store, seed, messages, self.scans)
-        # Mostly a kept scan extended by a message or two (`RecentScans`): cheaper than the
-        # hop, unless the history is long enough to cost the loop a few ms when it is new.
-        found = await asyncio.to_thread(find) if len(messages) > SCAN_ON_LOOP else find()
+        # On a thread: the lookup reads the store (a read can wait on the disk), and a long
+        # history no scan of which is kept costs ms to scan.
+        found = await asyncio.to_thread(
+            resumed, self.turn_serving.store, seed, messages, self.scans
+        )
         if found is None:
             return None
         try:
