@@ -13,7 +13,8 @@ from sqlmodel import SQLModel, create_engine
 import app.db.approval_models
 import app.db.chat_models
 import app.db.session_models
-import app.db.tool_models  # noqa: F401  (registers the tools' tables too)
+import app.db.tool_models
+import app.db.webhook_models  # noqa: F401  (registers the tools' and webhooks' tables too)
 from app.db import (
     models,  # noqa: F401  (registers the tables on SQLModel.metadata)
     search_index,
