@@ -32,7 +32,6 @@ from app.api.admin.console import router as console
 from app.api.chat import router as chat
 from app.api.chat.serving import ChatServing
 from app.api.discovery import capabilities, health, models
-from app.api.http.body_limits import shutdown_worker
 from app.api.http.cors import CorsMiddleware
 from app.api.http.direct import DirectApp
 from app.api.http.errors import ApiError, validation_error
@@ -257,7 +256,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await provider.aclose()
         await clients.aclose()
         store.close()
-        shutdown_worker()
 
 
 def _background_runs(

@@ -125,3 +125,9 @@ class SpendRefused(Refused):
         super().__init__(error.message)
         self.code = error.code
         self.error = error
+
+
+class ResumeStale(Exception):
+    """A resent history's `ResumePoint` no longer holds under the session's lease (another
+    turn appended, a retraction, a compaction, the session gone): the request is taken
+    again by the full path. Never shown to a client, so not a `Refused`."""

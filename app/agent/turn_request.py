@@ -65,6 +65,21 @@ class IncomingMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """A resent history's stored prefix, matched before the request was translated
+    (`app/api/chat/resend.py`): `messages` follow that session's visible transcript at
+    `position`. The lifecycle takes it only if the session still stands there under its
+    lease (`ResumeStale` otherwise)."""
+
+    session_id: str
+    position: int
+    head: str
+    """The transcript hash at `position`."""
+    last_row_id: int
+    compactions: int
+
+
+@dataclass(frozen=True, slots=True)
 class TurnRequest:
     owner: str
     admin: bool
@@ -97,6 +112,9 @@ class TurnRequest:
     remote: RemoteTools = NO_REMOTE_TOOLS
     """The Responses request's own MCP servers' tools, for this turn only, and the held
     calls the client approved."""
+    resume: ResumePoint | None = None
+    """Set when the request carries only what follows a stored prefix (a resent history
+    recognised before translation): where it continues."""
 
     def rows(self, start: int = 0) -> list[NewMessage]:
         return [row for m in self.messages[start:] if (row := m.row) is not None]

@@ -47,6 +47,7 @@ from app.agent.opening.tool_snapshot import (
 from app.agent.refusals import (
     ProfileGone,
     RemoteServerUndeclared,
+    ResumeStale,
     SessionNotFound,
     SpendRefused,
     UnknownToolCall,
@@ -54,6 +55,7 @@ from app.agent.refusals import (
 from app.agent.turn_context import TurnContext
 from app.agent.turn_request import (
     IncomingMessage,
+    ResumePoint,
     TurnRequest,
     VisibleMessage,
     check_tool_choice,
@@ -222,6 +224,8 @@ class SessionLifecycle:
             lease = self.turns.new_lease(session.id)
             new = req.messages[start:]
             return Placement(session, lease, new, session.transcript_head, session.transcript_len)
+        if req.resume is not None:
+            return self._resumed(req, req.resume)
         named = self._named(req) if req.chat_name else None
         if named is not None and (found := self._continuation(req, seed, within=named)):
             return found
@@ -317,6 +321,33 @@ class SessionLifecycle:
             self.store.release_lease(session_id=session.id, lease=lease)
             raise
         return Placement(refreshed, lease, req.messages[start:], head, match.position)
+
+    def _resumed(self, req: TurnRequest, point: ResumePoint) -> Placement:
+        """The placement a resent history was matched to before translation, if the session
+        still stands exactly there: same key, same compactions, nothing stored past it
+        (else `ResumeStale`: the full path decides, retracting as `_continuation` does)."""
+        found = find_continuations(self.store, hashes=[point.head], session_id=point.session_id)
+        match = found[0] if found else None
+        session = self.store.get_session(session_id=point.session_id)
+        if (
+            match is None
+            or (match.position, match.last_row_id, match.compactions)
+            != (point.position, point.last_row_id, point.compactions)
+            or match.stored_len != match.position
+            or session is None
+            or session.profile not in self.profiles
+        ):
+            raise ResumeStale
+        lease = self.turns.new_lease(session.id)
+        try:
+            if last_row_id(self.store, session_id=session.id) > match.last_row_id:
+                raise ResumeStale
+            refreshed = self.store.leased_row(session_id=session.id)
+            assert refreshed is not None
+        except BaseException:
+            self.store.release_lease(session_id=session.id, lease=lease)
+            raise
+        return Placement(refreshed, lease, req.messages, point.head, point.position)
 
     def _new_session(self, req: TurnRequest, seed: str) -> Placement:
         session_id = new_session_id()
