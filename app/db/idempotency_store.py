@@ -60,8 +60,14 @@ class IdempotencyStore:
             )
             conn.execute(
                 text(
-                    "INSERT OR REPLACE INTO idempotency_record (owner, key, digest, turn_id, "
-                    "session_id, created_at) VALUES (:o, :k, :d, :t, :s, :now)"
+                    # A replace, as SQLite's INSERT OR REPLACE did (PostgreSQL has no such
+                    # form): a stale record of the key is overwritten whole, events too.
+                    "INSERT INTO idempotency_record (owner, key, digest, turn_id, "
+                    "session_id, created_at) VALUES (:o, :k, :d, :t, :s, :now) "
+                    "ON CONFLICT (owner, key) DO UPDATE SET digest = excluded.digest, "
+                    "turn_id = excluded.turn_id, session_id = excluded.session_id, "
+                    "created_at = excluded.created_at, completion_id = '', created = 0, "
+                    "events = NULL"
                 ),
                 {
                     "o": owner,

@@ -62,9 +62,10 @@ _TRIGGERS = ("message_fts_ai", "message_fts_ad", "message_fts_au")
 INDEX_PENDING = Hot(
     "INSERT INTO message_fts(rowid, content, api_content, owner_tag) "
     f"SELECT m.id, m.content, m.api_content, {_OWNER_TAG.format(row='m')} "
-    "FROM message_fts_pending p JOIN message m ON m.id = p.id ORDER BY p.id"
+    "FROM message_fts_pending p JOIN message m ON m.id = p.id ORDER BY p.id",
+    only="sqlite",
 )
-CLEAR_PENDING = Hot("DELETE FROM message_fts_pending")
+CLEAR_PENDING = Hot("DELETE FROM message_fts_pending", only="sqlite")
 
 
 def scope_tag(owner: str, end_user: str) -> str:

@@ -115,24 +115,28 @@ IDF counts the tag's rows: 23 ms at 400,000) but no other scope's rows. bm25 ove
 (ids)` instead ran one FTS5 lookup, and its whole IDF pass, per id (2 s for 1,000)."""
 
 _NEWEST = Hot(
-    "SELECT rowid FROM message_fts WHERE message_fts MATCH :owned ORDER BY rowid DESC LIMIT :n"
+    "SELECT rowid FROM message_fts WHERE message_fts MATCH :owned ORDER BY rowid DESC LIMIT :n",
+    only="sqlite",
 )
 # Its own statement, not `(:below IS NULL OR rowid < :below)`: FTS5 cannot seek on that,
 # which doubled the first round's cost.
 _NEWEST_BELOW = Hot(
     "SELECT rowid FROM message_fts WHERE message_fts MATCH :owned AND rowid < :below"
-    " ORDER BY rowid DESC LIMIT :n"
+    " ORDER BY rowid DESC LIMIT :n",
+    only="sqlite",
 )
 # Counted without bm25 (so without its IDF pass), and only up to the bound that decides.
 _IN_RANGE = Hot(
     "SELECT count(*) FROM (SELECT rowid FROM message_fts"
-    " WHERE message_fts MATCH :q AND rowid BETWEEN :lo AND :hi LIMIT :n)"
+    " WHERE message_fts MATCH :q AND rowid BETWEEN :lo AND :hi LIMIT :n)",
+    only="sqlite",
 )
 # bm25 is the same number whichever of the two MATCH forms runs: its IDF counts rows over
 # the whole index and the tag's column weighs 0.
 _SCORES = Hot(
     "SELECT rowid, bm25(message_fts, 1.0, 1.0, 0.0) FROM message_fts"
-    " WHERE message_fts MATCH :q AND rowid BETWEEN :lo AND :hi"
+    " WHERE message_fts MATCH :q AND rowid BETWEEN :lo AND :hi",
+    only="sqlite",
 )
 _VISIBLE = Hot(
     "SELECT m.id, m.session_id FROM json_each(:ids) j"
@@ -141,8 +145,9 @@ _VISIBLE = Hot(
     " CROSS JOIN message m ON m.id = j.value"
     " CROSS JOIN session s ON s.id = m.session_id"
     " WHERE s.owner = :owner AND (:any_user OR s.end_user = :end_user)"
-    " AND (m.active = 1 OR m.compacted = 1)"
-    " AND (:session_id IS NULL OR s.id = :session_id)"
+    " AND (m.active = TRUE OR m.compacted = TRUE)"
+    " AND (:session_id IS NULL OR s.id = :session_id)",
+    only="sqlite",  # json_each; PostgreSQL's search checks the scope in its own query
 )
 """The authority over what the index's tag found: the session's owner and end user, and
 the row's state (a retracted row is still in the index)."""
@@ -217,11 +222,11 @@ def _best_per_session(conn: Connection, scope: _Scope, *, limit: int) -> list[tu
 _SHOWN = "id, session_id, role, content, api_content, tool_calls, active"
 _EARLIER = Hot(
     f"SELECT {_SHOWN} FROM message WHERE session_id = :sid AND id < :id"
-    " AND (active = 1 OR compacted = 1) ORDER BY id DESC LIMIT :n"
+    " AND (active = TRUE OR compacted = TRUE) ORDER BY id DESC LIMIT :n"
 )
 _LATER = Hot(
     f"SELECT {_SHOWN} FROM message WHERE session_id = :sid AND id > :id"
-    " AND (active = 1 OR compacted = 1) ORDER BY id LIMIT :n"
+    " AND (active = TRUE OR compacted = TRUE) ORDER BY id LIMIT :n"
 )
 _SNIPPETS = text(
     "SELECT rowid, snippet(message_fts, -1, '**', '**', '…', :tokens)"

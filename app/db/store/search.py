@@ -71,7 +71,7 @@ class SearchIndex(Transactions):
                     text(
                         "SELECT m.id FROM message_fts f JOIN message m ON m.id = f.rowid "
                         "WHERE message_fts MATCH :q AND m.session_id = :sid "
-                        "AND (m.active = 1 OR m.compacted = 1) ORDER BY m.id LIMIT :limit"
+                        "AND (m.active = TRUE OR m.compacted = TRUE) ORDER BY m.id LIMIT :limit"
                     ),
                     {"q": query, "sid": session_id, "limit": limit},
                 )
