@@ -16,6 +16,7 @@ from decimal import Decimal
 from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -317,7 +318,13 @@ class KeyConfig(BaseModel):
         return self
 
 
-SECRET_FIELDS = ("api_key", "admin_api_key", "metrics_api_key", "upstream_api_key")
+SECRET_FIELDS = (
+    "api_key",
+    "admin_api_key",
+    "metrics_api_key",
+    "upstream_api_key",
+    "database_url",
+)
 """Settings that may come from a file named by `COURIER_<NAME>_FILE` instead."""
 
 
@@ -377,6 +384,13 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8642, ge=0, le=65535)
     data_dir: Path = Path("./data")
+    database_url: SecretStr | None = None
+    """PostgreSQL for the store (`postgresql+psycopg://user:password@host:5432/courier`;
+    `postgresql://` and `postgres://` mean the same driver). Unset: SQLite at
+    `data_dir/courier.db`. Secret: it usually carries the password."""
+    migrate_on_start: bool = True
+    """`courier serve` brings the database schema to this version before it serves; off
+    (or `serve --no-migrate`), it refuses a schema that is not current instead."""
     allow_exposed_host_exec: bool = False
     """Permit a non-loopback bind while tools run unsandboxed on the host (dangerous)."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
@@ -592,6 +606,21 @@ class Settings(BaseSettings):
                 raise ValueError(f"'{name}' is not an HTTP header name")
         return tuple(name.lower() for name in value)
 
+    @field_validator("database_url")
+    @classmethod
+    def _postgresql_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        url = value.get_secret_value().strip()
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme not in ("postgresql+psycopg", "postgresql", "postgres"):
+            # The scheme only: the rest of the URL may hold the password.
+            raise ValueError(
+                f"COURIER_DATABASE_URL: scheme {scheme[:40]!r} is not PostgreSQL; use "
+                "postgresql+psycopg://user:password@host:5432/db (or leave it unset for SQLite)"
+            )
+        return SecretStr(f"postgresql+psycopg://{rest}")
+
     @field_validator("api_key")
     @classmethod
     def _key_is_strong(cls, value: SecretStr) -> SecretStr:
@@ -697,6 +726,22 @@ class Settings(BaseSettings):
     @property
     def db_path(self) -> Path:
         return self.data_dir / "courier.db"
+
+    @property
+    def database(self) -> Path | str:
+        """Where the store is: the PostgreSQL URL when one is set, else the SQLite file."""
+        if self.database_url is not None:
+            return self.database_url.get_secret_value()
+        return self.db_path
+
+    @property
+    def database_password(self) -> SecretStr | None:
+        """The password in `database_url`, for the redactor: an error that quotes it
+        without the URL around it is redacted too."""
+        if self.database_url is None:
+            return None
+        password = urlsplit(self.database_url.get_secret_value()).password
+        return SecretStr(unquote(password)) if password else None
 
 
 def is_loopback(host: str) -> bool:

@@ -131,6 +131,7 @@ def known_secrets(settings: Settings) -> list[str]:
     values += [p.api_key for p in settings.profiles]
     values += [k for p in settings.all_profiles() for k in p.api_keys]
     values += [k.key for k in settings.keys]
+    values.append(settings.database_password)
     # The MCP servers' env and header values: a server echoing its own token into a
     # result must not send it upstream.
     mcp = configured(settings)
@@ -247,7 +248,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def _open_store(settings: Settings) -> Store:
     """The store, with what a previous process left mid-turn set right."""
-    store = Store.open(settings.db_path)
+    # `courier serve` migrated already (app/cli.py); this finds the schema current, or,
+    # told not to migrate, refuses one that is not.
+    store = Store.open(settings.database, migrate=settings.migrate_on_start)
     # Only leases whose holder process is gone: `courier serve` holds the data directory's
     # lock (app/db/instance.py), but a lease of a live holder must never be taken.
     if cleared := store.clear_dead_leases(holder_alive):

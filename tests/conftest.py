@@ -17,5 +17,6 @@ pytest_plugins = [
     "tests.support.sandbox",
     "tests.support.scripted",
     "tests.support.store",
+    "tests.support.stores",
     "tests.support.web_site",
 ]

@@ -1,7 +1,7 @@
 """SQL for durable idempotency: which request an `Idempotency-Key` named, the turn it
 started, and once finished the events to replay it from, 24 hours, across restarts.
 
-Its own table, created on first use (additive: older data directories gain it).
+Its own table, `idempotency_record` (app/db/models.py).
 """
 
 from __future__ import annotations
@@ -16,19 +16,6 @@ from sqlalchemy import text
 from app.db.store import Store
 
 RETENTION_S = 24 * 3600.0
-
-_DDL = """CREATE TABLE IF NOT EXISTS idempotency_record (
-    owner TEXT NOT NULL,
-    key TEXT NOT NULL,
-    digest TEXT NOT NULL,
-    turn_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    completion_id TEXT NOT NULL DEFAULT '',
-    created INTEGER NOT NULL DEFAULT 0,
-    events TEXT,
-    created_at REAL NOT NULL,
-    PRIMARY KEY (owner, key)
-)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +36,6 @@ class IdempotencyStore:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.engine = store.engine
-        with self.engine.begin() as conn:
-            conn.execute(text(_DDL))
 
     def started(self, *, owner: str, key: str, digest: str, turn_id: str, session_id: str) -> None:
         with self.store.begin() as conn:

@@ -37,6 +37,8 @@ import pytest
 
 from app.ops.ports import free_port
 
+POSTGRES = "postgresql"
+"""The `backend` parameter's value for PostgreSQL (tests/support/stores.py)."""
 INSTALL = "apt-get install postgresql (or `make pg-deps` as root)"
 
 
@@ -134,7 +136,13 @@ _cluster: Cluster | None = None
 
 
 def _needed(items: list[pytest.Item]) -> bool:
-    return any("pg_cluster" in getattr(item, "fixturenames", ()) for item in items)
+    """A collected test asks for the cluster, or runs with `backend` "postgresql" (it
+    reaches the cluster through `request.getfixturevalue`, which collection cannot see)."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "pg_cluster" in getattr(item, "fixturenames", ()) or params.get("backend") == POSTGRES:
+            return True
+    return False
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

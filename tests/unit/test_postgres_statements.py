@@ -14,10 +14,11 @@ import re
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine
 from sqlalchemy.dialects import postgresql
 
 import app.db
+from app.db.database import open_engine
+from app.db.migrations import runner as migrations
 from app.db.raw import Hot
 from app.db.turn_sql import ACTIVE_ROWS
 from tests.support.postgres import Cluster
@@ -26,6 +27,8 @@ from tests.support.postgres import Cluster
 def _hot_statements() -> list[tuple[str, Hot]]:
     found: dict[int, tuple[str, Hot]] = {}
     for info in pkgutil.walk_packages(app.db.__path__, "app.db."):
+        if info.name.startswith("app.db.migrations"):
+            continue  # Alembic's env.py and revisions run only inside a migration
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
             if isinstance(value, Hot):
@@ -57,10 +60,10 @@ def _numbered(sql: str) -> str:
 
 @pytest.fixture(scope="module")
 def prepared_on(pg_cluster: Cluster) -> psycopg.Connection[tuple[object, ...]]:
-    from tests.support.stores import create_postgres_schema
-
     name = pg_cluster.create_database()
-    create_postgres_schema(create_engine(pg_cluster.url(name)))
+    engine = open_engine(pg_cluster.url(name))
+    migrations.upgrade(engine)
+    engine.dispose()
     return psycopg.connect(
         host="127.0.0.1", port=pg_cluster.port, user="courier", dbname=name, autocommit=True
     )

@@ -133,6 +133,7 @@ def test_an_index_no_query_reads_is_dropped_from_an_older_database(tmp_path: Pat
     Store.open(db).close()
     con = sqlite3.connect(db)
     con.execute('CREATE INDEX "ix_api_call_turn_id" ON api_call (turn_id)')  # as releases made it
+    con.execute("DROP TABLE alembic_version")  # and they kept no schema version
     con.commit()
     con.close()
     store = Store.open(db)

@@ -1,0 +1,46 @@
+"""Which database the store runs on: a SQLite file under the data directory (the default),
+or PostgreSQL when `COURIER_DATABASE_URL` names one (psycopg 3).
+
+Nothing outside app/db/ learns the dialect but through what this module answers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine
+
+import app.db.approval_models
+import app.db.chat_models
+import app.db.session_models
+import app.db.tool_models  # noqa: F401  (registers the tools' tables too)
+from app.db import (
+    models,  # noqa: F401  (registers the tables on SQLModel.metadata)
+    tool_sets,  # noqa: F401  (its table, and the load event resolving session snapshots)
+)
+from app.db.engine import sqlite_engine
+
+Target = Path | str
+"""A SQLite file's path, or a PostgreSQL URL (`postgresql+psycopg://...`)."""
+
+CONNECT_TIMEOUT_S = 5
+"""Seconds to reach PostgreSQL: an unreachable server fails the start (or a request) with
+an error, rather than each pooled connection hanging for the kernel's TCP timeout."""
+
+
+def open_engine(target: Target) -> Engine:
+    """The engine of a database; no schema (app/db/migrations/ makes it)."""
+    if isinstance(target, Path):
+        return sqlite_engine(target)
+    return create_engine(
+        target,
+        # A connection PostgreSQL closed (a restart, an idle timeout) is found at checkout
+        # and replaced, instead of failing the request that drew it.
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": CONNECT_TIMEOUT_S, "application_name": "courier"},
+    )
+
+
+def kind(target: Target) -> str:
+    """`sqlite` or `postgresql`, for what is said to operators (logs, migrate's output)."""
+    return "sqlite" if isinstance(target, Path) else "postgresql"
