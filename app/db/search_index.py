@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
+from app.db import search_postgres
 from app.db.raw import Hot
 
 _SCOPE = "hex({s}owner || CASE {s}end_user WHEN '' THEN '' ELSE char(10) || {s}end_user END)"
@@ -111,6 +112,8 @@ def install(conn: Connection) -> None:
 
 def index_pending(conn: Connection) -> int:
     """Index every message noted as pending, in the caller's transaction; how many."""
+    if conn.dialect.name == "postgresql":
+        return search_postgres.index_pending(conn)
     indexed: int = INDEX_PENDING.run(conn, {}).rowcount
     if indexed:
         CLEAR_PENDING.run(conn, {})

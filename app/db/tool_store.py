@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, text
 from sqlalchemy.exc import IntegrityError
 
+from app.db import search_postgres
 from app.db.raw import Hot
 from app.db.search_index import scope_tag
 from app.db.store import Store
@@ -255,12 +256,15 @@ def _around(
     return shown_before, tuple(_window_message(m) for m in later)
 
 
-def _hits(
-    conn: Connection, ids: list[int], *, match: str, before: int, after: int
-) -> list[SearchHit]:
+def _fts5_snippets(conn: Connection, ids: list[int], *, match: str) -> dict[int, str]:
     # Snippets only for the winners: snippet() re-tokenizes the row, too costly per hit.
     found = conn.execute(_SNIPPETS, {"q": match, "ids": ids, "tokens": _SNIPPET_TOKENS})
-    snippets = {int(r[0]): str(r[1] or "") for r in found}
+    return {int(r[0]): str(r[1] or "") for r in found}
+
+
+def _hits(
+    conn: Connection, ids: list[int], *, snippets: dict[int, str], before: int, after: int
+) -> list[SearchHit]:
     rows = {int(r[0]): r for r in conn.execute(_HIT_ROWS, {"ids": ids})}
     hits: list[SearchHit] = []
     for message_id in ids:
@@ -333,6 +337,23 @@ def search_sessions(
     if not terms or limit < 1:
         return []
     store.searchable()  # the newest messages are indexed in batches: catch up first
+    if store.engine.dialect.name == "postgresql":
+        with store.reader() as conn:
+            best = search_postgres.best_hits(
+                conn,
+                owner=owner,
+                end_user=end_user,
+                terms=terms,
+                any_term=any_term,
+                session_id=session_id,
+                limit=limit,
+                candidates=CANDIDATES * CANDIDATE_ROUNDS,
+            )
+            ids = [i for i, _ in best]
+            marked = search_postgres.snippets(
+                conn, ids=ids, terms=terms, any_term=any_term, words=_SNIPPET_TOKENS
+            )
+            return _hits(conn, ids, snippets=marked, before=before, after=after) if ids else []
     # The terms only ever match the text columns; the scope's tokens narrow the rows inside
     # the index, before anything is ranked.
     match = "{content api_content} : (" + _match_expression(terms, any_term=any_term) + ")"
@@ -353,7 +374,9 @@ def search_sessions(
         best = _best_per_session(conn, scope, limit=limit)
         if not best:
             return []
-        return _hits(conn, [i for i, _ in best], match=match, before=before, after=after)
+        ids = [i for i, _ in best]
+        marked = _fts5_snippets(conn, ids, match=match)
+        return _hits(conn, ids, snippets=marked, before=before, after=after)
 
 
 # --------------------------------------------------------------------------- memory

@@ -14,7 +14,9 @@ from sqlalchemy import text
 
 from app.db.database import Target, open_engine
 from app.db.migrations import runner
+from tests.support.stores import BACKENDS
 
+STORE_BACKENDS = BACKENDS
 GOOD_KEY = "a-perfectly-fine-key-123"
 
 

@@ -16,6 +16,10 @@ from app.config import load_settings
 from app.db.store import NewMessage, Store
 from app.db.tool_store import memory_notes, search_sessions, update_memory
 from tests.support.ledger import api_call
+from tests.support.stores import BACKENDS
+
+STORE_BACKENDS = BACKENDS
+"""Every store test here runs on SQLite and on PostgreSQL."""
 
 KEY = "end-user-scope-key-0123456789"
 

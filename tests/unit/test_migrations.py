@@ -24,6 +24,9 @@ from app.db.database import Target, open_engine
 from app.db.migrations import runner
 from app.db.migrations.runner import SchemaNotCurrent, SchemaTooNew
 from app.db.store import Store
+from tests.support.stores import BACKENDS
+
+STORE_BACKENDS = BACKENDS
 
 
 def _differences(engine: Engine, metadata: MetaData) -> list[Any]:

@@ -11,14 +11,13 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from collections.abc import Iterator
 
 import psycopg
 import pytest
 from sqlalchemy.dialects import postgresql
 
 import app.db
-from app.db.database import open_engine
-from app.db.migrations import runner as migrations
 from app.db.raw import Hot
 from app.db.turn_sql import ACTIVE_ROWS
 from tests.support.postgres import Cluster
@@ -59,14 +58,13 @@ def _numbered(sql: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def prepared_on(pg_cluster: Cluster) -> psycopg.Connection[tuple[object, ...]]:
-    name = pg_cluster.create_database()
-    engine = open_engine(pg_cluster.url(name))
-    migrations.upgrade(engine)
-    engine.dispose()
-    return psycopg.connect(
+def prepared_on(pg_cluster: Cluster) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    name = pg_cluster.create_database(migrated=True)
+    with psycopg.connect(
         host="127.0.0.1", port=pg_cluster.port, user="courier", dbname=name, autocommit=True
-    )
+    ) as conn:
+        yield conn
+    pg_cluster.drop_database(name)
 
 
 @pytest.mark.parametrize(("name", "statement"), ON_POSTGRES, ids=[n for n, _ in ON_POSTGRES])

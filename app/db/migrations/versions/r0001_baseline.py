@@ -15,7 +15,7 @@ import sqlalchemy as sa
 import sqlmodel.sql.sqltypes
 from alembic import op
 
-from app.db import search_index
+from app.db import search_index, search_postgres
 
 revision = "0001"
 down_revision: str | None = None
@@ -409,6 +409,8 @@ def upgrade() -> None:
     BASELINE.create_all(bind)
     if bind.dialect.name == "sqlite":
         search_index.install(bind)
+    else:
+        search_postgres.install(bind)
 
 
 def downgrade() -> None:
