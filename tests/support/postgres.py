@@ -147,6 +147,17 @@ class Cluster:
             self._migrated = True
         return TEMPLATE
 
+    def schema_revision(self, name: str) -> str | None:
+        """The migration revision a database is at (None before any)."""
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user="courier", dbname=name, autocommit=True
+        ) as conn:
+            found = conn.execute("SELECT to_regclass('alembic_version') IS NOT NULL").fetchone()
+            if not found or not found[0]:
+                return None
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+            return str(row[0]) if row else None
+
     def drop_database(self, name: str) -> None:
         # FORCE: a test that failed half-way may leave a pooled connection open.
         with self.admin() as conn:
