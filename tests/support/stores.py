@@ -32,7 +32,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     wanted = getattr(metafunc.module, "STORE_BACKENDS", None)
     if wanted and "backend" in metafunc.fixturenames:
-        metafunc.parametrize("backend", wanted)
+        # Module-wide, so a module's shared server (or store) serves all its tests of one
+        # backend before the other's starts.
+        metafunc.parametrize("backend", wanted, scope="module")
 
 
 @pytest.fixture
