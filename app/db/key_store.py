@@ -29,7 +29,10 @@ class KeyStateStore:
                 text(
                     "INSERT INTO upstream_key_state (profile, key_id, cooling_until, reason, "
                     "failures) VALUES (:p, :k, :u, :r, 1) ON CONFLICT (profile, key_id) DO "
-                    "UPDATE SET cooling_until = :u, reason = :r, failures = failures + 1"
+                    # Qualified: in an upsert PostgreSQL reads a bare `failures` as either
+                    # the stored row's or `excluded`'s, and refuses it as ambiguous.
+                    "UPDATE SET cooling_until = :u, reason = :r, "
+                    "failures = upstream_key_state.failures + 1"
                 ),
                 {"p": profile, "k": key_id, "u": until, "r": reason},
             )
