@@ -169,7 +169,10 @@ _cluster: Cluster | None = None
 
 def _needed(items: list[pytest.Item]) -> bool:
     """A collected test asks for the cluster, or runs with `backend` "postgresql" (it
-    reaches the cluster through `request.getfixturevalue`, which collection cannot see)."""
+    reaches the cluster through `request.getfixturevalue`, which collection cannot see),
+    or every server runs on PostgreSQL (tests/support/server.py)."""
+    if os.environ.get("COURIER_TEST_BACKEND") == POSTGRES:
+        return True
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "pg_cluster" in getattr(item, "fixturenames", ()) or params.get("backend") == POSTGRES:
@@ -197,6 +200,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _cluster is not None:
         _cluster.stop()
+
+
+def server_database() -> str:
+    """A fresh, empty database's URL for a server of the run (left to the cluster's end)."""
+    if _cluster is None:
+        raise RuntimeError(f"COURIER_TEST_BACKEND=postgresql, but {INSTALL}")
+    return _cluster.url(_cluster.create_database())
 
 
 @pytest.fixture(scope="session")
