@@ -7,6 +7,7 @@ process (a tool, a generated script) flip a security switch with one `os.environ
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import os
@@ -308,11 +309,16 @@ class KeyConfig(BaseModel):
     mcp_servers: tuple[str, ...] | None = None
     """The MCP servers (names in COURIER_MCP_CONFIG) this key's sessions may use; unset,
     every server its sessions' profile gets; `[]`, none."""
+    webhook_url: str | None = None
+    webhook_secret: SecretStr | None = None
+    """This key's own webhook target (both or neither), instead of COURIER_WEBHOOK_URL's."""
 
     @model_validator(mode="after")
     def _one_form(self) -> KeyConfig:
         if (self.key is None) == (self.key_sha256 is None):
             raise ValueError(f"key {self.name!r}: give exactly one of key or key_sha256")
+        if problem := webhook_problem(self.webhook_url, self.webhook_secret):
+            raise ValueError(f"key {self.name!r}: {problem}")
         if self.key is not None and (problem := key_problem(self.key.get_secret_value())):
             raise ValueError(f"key {self.name!r}: " + problem.replace("COURIER_API_KEY", "key"))
         return self
@@ -324,6 +330,7 @@ SECRET_FIELDS = (
     "metrics_api_key",
     "upstream_api_key",
     "database_url",
+    "webhook_secret",
 )
 """Settings that may come from a file named by `COURIER_<NAME>_FILE` instead."""
 
@@ -542,6 +549,20 @@ class Settings(BaseSettings):
     search_index_interval_s: float = Field(default=1.0, ge=0)
     """How often new messages are added to the full-text index, in one batch (0: only
     when a search needs them). A search always sees every message (app/db/search_index.py)."""
+    background: bool = True
+    """Accept Responses requests with `background: true` (docs/background.md); off: 400."""
+    response_event_flush_s: float = Field(default=1.0, gt=0, le=60)
+    """How often running background responses' new events are stored (one commit for all)."""
+    webhook_url: str | None = None
+    """Where background responses' ends are announced, signed (docs/background.md)."""
+    webhook_secret: SecretStr | None = None
+    """`whsec_` + base64 of at least 24 random bytes: both reference verifiers read it alike."""
+    webhook_allow_hosts: Annotated[tuple[str, ...], NoDecode] = ()
+    """Loopback/private `host:port` (or CIDR) the URL may reach; the only plain-http hosts."""
+    webhook_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    webhook_retry_first_s: float = Field(default=5.0, gt=0, le=3600)
+    """The first retry's wait; each next one 6 times longer (at most 8 h), jittered."""
+    webhook_retry_for_s: float = Field(default=86_400.0, gt=0)
     tokens_enabled: bool = False
     """Serve `POST /v1/tokens` and accept the short-lived JWTs it mints."""
     token_secret: SecretStr | None = None
@@ -574,6 +595,7 @@ class Settings(BaseSettings):
         "end_user_headers",
         "session_headers",
         "mcp_url_allow",
+        "webhook_allow_hosts",
         mode="before",
     )
     @classmethod
@@ -668,6 +690,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"key names must be unique and not one of {sorted(RESERVED_KEY_NAMES)}"
             )
+        if (problem := webhook_problem(self.webhook_url, self.webhook_secret)) is not None:
+            raise ValueError(f"refusing to start: {problem}")
         if self.tokens_enabled:
             secret = self.token_secret.get_secret_value() if self.token_secret else ""
             if len(secret.encode()) < MIN_TOKEN_SECRET_BYTES:
@@ -780,6 +804,24 @@ def trusted_network(entry: str) -> IPv4Network | IPv6Network:
             "address it is counted as; name the proxy's own addresses"
         )
     return network
+
+
+def webhook_problem(url: str | None, secret: SecretStr | None) -> str | None:
+    """What is wrong with a webhook target: a URL without a secret sends unsigned events; a
+    secret not `whsec_<base64>` is read differently by the two reference verifiers."""
+    if url is None or secret is None:
+        return None if (url, secret) == (None, None) else "set both COURIER_WEBHOOK_URL and _SECRET"
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("https", "http") or not parsed.hostname or "@" in parsed.netloc:
+        return "COURIER_WEBHOOK_URL must be an http(s) URL without a user or password"
+    raw = secret.get_secret_value()
+    try:
+        key = base64.b64decode(raw.removeprefix("whsec_"), validate=True)
+    except ValueError:
+        key = b""
+    if not raw.startswith("whsec_") or len(key) < 24:
+        return "COURIER_WEBHOOK_SECRET must be whsec_ + the base64 of 24 or more random bytes"
+    return None
 
 
 def load_settings(**overrides: Any) -> Settings:

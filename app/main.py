@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.telemetry import TelemetryConfig
 from prometheus_client import start_http_server
+from pydantic import SecretStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.agent.approvals import ApprovalGate, ApprovalPolicy
@@ -39,6 +40,8 @@ from app.api.http.head import HeadAsGet
 from app.api.http.request_log import RequestLogMiddleware
 from app.api.http.security_headers import SECURITY_HEADERS, SecurityHeaders
 from app.api.responses import router as responses
+from app.api.responses.background import BackgroundRuns
+from app.api.responses.background import repair_unfinished as repair_unfinished_background
 from app.api.responses.serving import ResponsesServing
 from app.api.retries import DurableKeys
 from app.api.sessions import router as sessions
@@ -70,6 +73,7 @@ from app.tools.mcp.config import configured
 from app.tools.plugins import load_plugin_tools
 from app.tools.registry import ToolRegistry
 from app.tools.sandbox.process import sandbox_status
+from app.webhooks.dispatcher import Target, Webhooks
 
 if TYPE_CHECKING:
     from app.tools.mcp.hub import McpHub
@@ -127,10 +131,10 @@ def known_secrets(settings: Settings) -> list[str]:
     """Every credential the process holds, for the log and error redactor and the scan of
     upstream bodies. A key configured only by its hash (`key_sha256`) is not known here."""
     values = [settings.api_key, settings.admin_api_key, settings.metrics_api_key]
-    values += [settings.upstream_api_key, settings.token_secret]
+    values += [settings.upstream_api_key, settings.token_secret, settings.webhook_secret]
     values += [p.api_key for p in settings.profiles]
     values += [k for p in settings.all_profiles() for k in p.api_keys]
-    values += [k.key for k in settings.keys]
+    values += [k.key for k in settings.keys] + [k.webhook_secret for k in settings.keys]
     values.append(settings.database_password)
     # The MCP servers' env and header values: a server echoing its own token into a
     # result must not send it upstream.
@@ -152,7 +156,9 @@ async def start_mcp(settings: Settings, tools: ToolRegistry, metrics: Metrics) -
     return hub
 
 
-def install_endpoints(app: FastAPI, turn_serving: TurnServing) -> None:
+def install_endpoints(
+    app: FastAPI, turn_serving: TurnServing, background: BackgroundRuns | None = None
+) -> None:
     """Each endpoint's serving object where its router reads it (vLLM's habit). Both share
     one turn serving object, so a session continued on either finds the same twins and
     caches."""
@@ -163,7 +169,9 @@ def install_endpoints(app: FastAPI, turn_serving: TurnServing) -> None:
         setup=turn_serving.setup,
         turns=turn_serving.turns,
     )
-    responses_serving = ResponsesServing(turn_serving=turn_serving, sessions=sessions_service)
+    responses_serving = ResponsesServing(
+        turn_serving=turn_serving, sessions=sessions_service, background=background
+    )
     setattr(app.state, responses.SERVING, responses_serving)
 
 
@@ -224,7 +232,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             max_turns_per_end_user=settings.max_turns_per_end_user,
         ),
     )
-    install_endpoints(app, turn_serving)
+    install_endpoints(app, turn_serving, _background_runs(settings, store, auth))
     if settings.metrics_port:
         # Loopback only: this listener has no auth, so it must not be reachable from outside.
         start_http_server(settings.metrics_port, addr="127.0.0.1", registry=metrics.registry)
@@ -234,6 +242,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         await turns.shutdown(drain_s=settings.drain_timeout_s)
+        await getattr(app.state, responses.SERVING).aclose()  # its final records land first
         if app.state.mcp is not None:
             await app.state.mcp.aclose()
         if indexer is not None:
@@ -244,6 +253,40 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await clients.aclose()
         store.close()
         shutdown_worker()
+
+
+def _background_runs(
+    settings: Settings, store: Store, auth: Authenticator
+) -> BackgroundRuns | None:
+    """Background responses (those a dead process left running repaired as `failed`), their
+    events stored by a flusher and their ends announced by webhooks, from now on."""
+    owners = {p.name: p.owner for p in auth.principals()}
+    per_owner = {
+        owners[k.name]: _webhook_target(k.webhook_url, k.webhook_secret, settings)
+        for k in settings.keys
+        if k.webhook_url is not None and k.webhook_secret is not None
+    }
+    default = None
+    if settings.webhook_url is not None and settings.webhook_secret is not None:
+        default = _webhook_target(settings.webhook_url, settings.webhook_secret, settings)
+    webhooks = Webhooks(store, default, per_owner=per_owner) if default or per_owner else None
+    repair_unfinished_background(store, webhooks)
+    if not settings.background:
+        return None
+    runs = BackgroundRuns(store, flush_s=settings.response_event_flush_s, webhooks=webhooks)
+    runs.start()
+    return runs
+
+
+def _webhook_target(url: str, secret: SecretStr, settings: Settings) -> Target:
+    return Target(
+        url=url,
+        secret=secret.get_secret_value(),
+        allow=settings.webhook_allow_hosts,
+        timeout_s=settings.webhook_timeout_s,
+        retry_first_s=settings.webhook_retry_first_s,
+        retry_for_s=settings.webhook_retry_for_s,
+    )
 
 
 def _open_store(settings: Settings) -> Store:

@@ -70,6 +70,10 @@ class StartedTurn:
     """A retry found the turn it repeats (running or finished) instead of starting one."""
 
 
+OnOpen = Callable[[TurnHandle, str], None]
+"""Called with the new turn's handle and session inside the turn's opening unit, so what
+it writes commits with the turn or not at all (a background response's row)."""
+
 Translate = Callable[[Profile], TurnRequest]
 """An endpoint's request as a `TurnRequest` for the resolved profile; raises `ApiError`
 naming the endpoint's own field for what the client got wrong."""
@@ -121,6 +125,7 @@ class TurnServing:
         model: str,
         translate: Translate,
         off_loop: bool = False,
+        on_open: OnOpen | None = None,
     ) -> StartedTurn:
         """Start the turn `translate` describes, or reattach to the one this request
         repeats. `off_loop`: translate in a thread (a long history, images to decode)."""
@@ -132,7 +137,7 @@ class TurnServing:
                 req = (
                     await asyncio.to_thread(translate, profile) if off_loop else translate(profile)
                 )
-                handle = await self._launch(req, asked.twins, retry)
+                handle = await self._launch(req, asked.twins, retry, on_open)
                 self.twins.remember(handle, asked.twins, retry)
                 return StartedTurn(handle, handle.session_id, profile)
         except Refused as refused:
@@ -141,9 +146,11 @@ class TurnServing:
             log.exception("could not open a turn: the store refused the write")
             raise storage_unavailable() from None
 
-    async def _launch(self, req: TurnRequest, twins: str, retry: Retry) -> TurnHandle:
+    async def _launch(
+        self, req: TurnRequest, twins: str, retry: Retry, on_open: OnOpen | None
+    ) -> TurnHandle:
         if not req.profile.relay:
-            return await self._open(req, retry, twins)
+            return await self._open(req, retry, twins, on_open)
         provider = self.profiles.provider(req.profile)
         relay = relay_input(
             req, store=self.store, provider=provider, spend=self.spend, metrics=self.metrics
@@ -152,9 +159,18 @@ class TurnServing:
             relay.ledger_session, lambda h: run_relay(relay, h), profile=req.profile.name
         )
         self.twins.record_start(handle, twins, retry, session_id=handle.session_id)
+        if on_open is not None:
+            # A relay has no opening unit: its hook commits on its own, as the relay runs.
+            await self.store.off_loop(partial(self._opened_alone, on_open, handle))
         return handle
 
-    async def _open(self, req: TurnRequest, retry: Retry, twins: str) -> TurnHandle:
+    def _opened_alone(self, on_open: OnOpen, handle: TurnHandle) -> None:
+        with self.store.unit():
+            on_open(handle, handle.session_id)
+
+    async def _open(
+        self, req: TurnRequest, retry: Retry, twins: str, on_open: OnOpen | None = None
+    ) -> TurnHandle:
         """Open the turn on the store's writer thread (its first transaction, with a keyed
         turn's durable record under the principal's replay `scope`), then run it."""
         handle = self.turns.new_handle()
@@ -164,6 +180,8 @@ class TurnServing:
                 opened = self.sessions.open(req, turn_id=handle.turn_id, emit=handle.publish)
                 session_id = opened.context.session_id
                 self.twins.record_start(handle, twins, retry, session_id=session_id)
+                if on_open is not None:
+                    on_open(handle, session_id)
                 return opened
 
         opening = asyncio.ensure_future(self.store.off_loop(open_turn, first=True))

@@ -13,7 +13,8 @@ from sqlalchemy import Engine, create_engine
 import app.db.approval_models
 import app.db.chat_models
 import app.db.session_models
-import app.db.tool_models  # noqa: F401  (registers the tools' tables too)
+import app.db.tool_models
+import app.db.webhook_models  # noqa: F401  (registers the tools' and webhooks' tables too)
 from app.db import (
     models,  # noqa: F401  (registers the tables on SQLModel.metadata)
     tool_sets,  # noqa: F401  (its table, and the load event resolving session snapshots)

@@ -1,4 +1,5 @@
-"""Tables for the sessions surface: session retractions and stored Responses API objects.
+"""Tables for the sessions surface: session retractions, stored Responses API objects and
+the stream events of background responses.
 
 Kept apart from `models.py` so the store's own tables can change without touching these,
 and so an older data directory gains them by `create_all` without any migration.
@@ -42,6 +43,29 @@ class ResponseRow(SQLModel, table=True):
     """The request's input items as normalised JSON, for `/input_items`."""
     retracted: bool = False
     created_at: float = Field(default_factory=_now, index=True)
+    background: bool = False
+    """Created with `background: true`: polled, cancelled and its stream resumed by id."""
+    status: str = ""
+    """A background response's status as last stored (`queued` .. a terminal one); the
+    other rows leave it empty, their body says."""
+    turn_id: str | None = None
+    events_through: int = -1
+    """The last stream event stored in `response_event_chunk` (-1: none yet)."""
+
+
+class ResponseEventChunk(SQLModel, table=True):
+    """A background response's stream events, one row per flush (not per delta): a
+    2,000-delta answer streamed over 40 s is about 40 rows, replayable after a restart."""
+
+    __tablename__ = "response_event_chunk"
+
+    # No foreign key: a purge deletes the chunks and their response in one transaction,
+    # in either order, and a key would make every flush check the response row.
+    response_id: str = Field(primary_key=True)
+    first_seq: int = Field(primary_key=True)
+    last_seq: int
+    events: str
+    """A JSON array of the rendered events, sequence numbers `first_seq..last_seq`."""
 
 
 class HealthProbeRow(SQLModel, table=True):

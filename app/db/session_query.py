@@ -300,6 +300,14 @@ def purge_session(store: Store, *, session_id: str) -> None:
     """
     with Session(store.engine) as db:
         conn = db.connection()
+        # A background response's stored stream events hold its text too.
+        conn.execute(
+            text(
+                "DELETE FROM response_event_chunk WHERE response_id IN "
+                "(SELECT id FROM response_record WHERE session_id = :sid)"
+            ),
+            {"sid": session_id},
+        )
         for table in (
             "message",
             "turn",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 import httpx
@@ -30,14 +31,14 @@ def test_capabilities_describe_profiles_features_and_limits(srv: Server) -> None
     assert "list_files" in profile["tools"] and profile["private_workspace"] is True
     features = caps["features"]
     assert features["responses"] is True and features["sessions_api"] is True
-    assert features["background_responses"] is False
+    assert features["background_responses"] is True
     assert caps["limits"]["max_body_bytes"] == 10 * 1024 * 1024
     assert caps["limits"]["spend_cap_key_usd"] is None
 
 
 def test_capabilities_match_behaviour(srv: Server, sim: Simulator) -> None:
     """A feature reported off is refused; one reported on is not refused for support."""
-    sim.script([{"reply": {"text": "ok"}}])
+    sim.script([{"reply": {"text": "ok"}}, {"reply": {"text": "in the background"}}])
     caps = httpx.get(f"{srv.base_url}/v1/capabilities", headers=srv.headers()).json()
     tool = {"type": "function", "name": "f", "parameters": {"type": "object"}}
     resp = httpx.post(
@@ -53,8 +54,14 @@ def test_capabilities_match_behaviour(srv: Server, sim: Simulator) -> None:
         json={"model": "courier", "input": "hi", "background": True},
         headers=srv.headers(),
     )
-    assert caps["features"]["background_responses"] is False
-    assert background.status_code == 400 and background.json()["error"]["param"] == "background"
+    assert caps["features"]["background_responses"] is True
+    assert background.status_code == 200 and background.json()["background"] is True
+    # Finished before the next test scripts the simulator.
+    url = f"{srv.base_url}/v1/responses/{background.json()['id']}"
+    deadline = time.monotonic() + 20
+    while httpx.get(url, headers=srv.headers()).json()["status"] != "completed":
+        assert time.monotonic() < deadline, "the background response did not finish"
+        time.sleep(0.05)
 
 
 def test_ready_when_everything_answers(srv: Server) -> None:

@@ -236,7 +236,7 @@ def test_store_false_keeps_only_the_ledger(claude: Server, sim: Simulator) -> No
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"background": True}, "background"),
+        ({"background": True, "store": False}, "store"),
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}, "tools[0].type"),
         (

@@ -97,6 +97,10 @@ ROUTES: dict[tuple[str, str], list[Case | Listing]] = {
     ("GET", "/v1/responses/{response_id}/input_items"): [
         Case("input items", lambda c, i: c.get(f"/v1/responses/{i.response}/input_items"))
     ],
+    # S2's response is a foreground one: its owner may not cancel it (400), others see none.
+    ("POST", "/v1/responses/{response_id}/cancel"): [
+        Case("cancel response", lambda c, i: c.post(f"/v1/responses/{i.response}/cancel"), own=400)
+    ],
     ("DELETE", "/v1/responses/{response_id}"): [
         Case("delete response", lambda c, i: c.delete(f"/v1/responses/{i.response}"), phase="last")
     ],

@@ -164,3 +164,18 @@ def test_a_sqlite_file_from_before_the_migrations_is_adopted_with_its_rows(
         assert [m.content for m in found] == ["kept across the adoption"]
     finally:
         store.close()
+
+
+def test_a_sqlite_file_made_between_issue_33_and_the_migrations_is_adopted(
+    tmp_path: Path,
+) -> None:
+    """Such a build made issue 33's tables and columns by `create_all` and start-up steps:
+    the file has them but no version, and revision 0002 must not make them twice."""
+    path = tmp_path / "courier.db"
+    engine = open_engine(path)
+    with engine.begin() as conn:
+        SQLModel.metadata.create_all(conn)  # the models as that build had them
+        search_index.install(conn)
+    assert runner.upgrade(engine) == ("legacy", "current")
+    assert _differences(engine, SQLModel.metadata) == []
+    engine.dispose()

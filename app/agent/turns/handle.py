@@ -104,6 +104,10 @@ class TurnHandle:
         """The events so far; once the turn has ended, sealed (see `SealedHistory`). One
         attribute, read once per access: the writer thread reads it while the loop seals."""
         self._queues: list[asyncio.Queue[TurnEvent]] = []
+        self.listeners: list[Callable[[TurnEvent], None]] = []
+        """Called with each event as it is published, in order. Unlike a subscriber, a
+        listener is no client: it never keeps an abandoned turn running (a background
+        response's recording)."""
         self.task: asyncio.Future[TurnFinished] | None = None
         """The turn's task while it runs; once it has ended, a plain future with its outcome
         (see `settled`)."""
@@ -160,6 +164,8 @@ class TurnHandle:
         history.append(event)
         for queue in self._queues:
             queue.put_nowait(event)
+        for listener in self.listeners:
+            listener(event)
 
     def history(self) -> tuple[TurnEvent, ...]:
         history = self._history

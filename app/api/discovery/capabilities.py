@@ -50,7 +50,7 @@ async def capabilities(state: StateDep, _principal: PrincipalDep) -> dict[str, A
             "client_tools": wire.CLIENT_TOOLS,
             "structured_output": wire.STRUCTURED_OUTPUT,
             "image_input": True,
-            "background_responses": False,
+            "background_responses": s.background,
             "previous_response_id": True,
             "sessions_api": True,
             "session_fork": True,

@@ -73,11 +73,13 @@ def output_items(
     return items
 
 
-ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed", "cancelled"]
+ResponseStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
 
 
 def status_of(finished: TurnFinished) -> ResponseStatus:
-    if finished.error is not None:
+    # `interrupted` (a drain ran out, a process died) carries no error of its own: read as
+    # `completed`, half an answer would pass for a whole one.
+    if finished.error is not None or finished.exit_reason == "interrupted":
         return "failed"
     if finished.exit_reason == "cancelled":
         return "cancelled"
@@ -103,9 +105,14 @@ def response_usage(finished: TurnFinished, courier: dict[str, Any]) -> dict[str,
     }
 
 
+INTERRUPTED_MESSAGE = "the server stopped before the response finished (interrupted)"
+
+
 def response_error(finished: TurnFinished) -> dict[str, Any] | None:
     err = finished.error
     if err is None:
+        if finished.exit_reason == "interrupted":
+            return {"code": "server_error", "message": INTERRUPTED_MESSAGE}
         return None
     # The spec's code is a closed enum; Courier's own code travels in the message.
     code = "rate_limit_exceeded" if turn_error_status(err) == 429 else "server_error"
@@ -172,7 +179,7 @@ class ResponseShell:
             "object": "response",
             "created_at": self.created_at,
             "status": status,
-            "background": False,
+            "background": bool(r.background),
             "completed_at": int(time.time()) if status == "completed" else None,
             "error": error,
             "incomplete_details": incomplete,
@@ -221,6 +228,17 @@ class EventRenderer:
         return kind, json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 
     def start(self) -> list[tuple[str, str]]:
+        if self.shell.request.background:
+            # OpenAI's order for a background response: created and queued, then running.
+            queued = self.shell.body(status="queued", output=[])
+            return [
+                self._event("response.created", response=queued),
+                self._event("response.queued", response=queued),
+                self._event(
+                    "response.in_progress",
+                    response=self.shell.body(status="in_progress", output=[]),
+                ),
+            ]
         shell = self.shell.body(status="in_progress", output=[])
         return [
             self._event("response.created", response=shell),

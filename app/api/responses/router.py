@@ -16,16 +16,24 @@ from pydantic import ValidationError
 from app.agent.turns.manager import SessionBusy
 from app.api.http import end_users
 from app.api.http.body_limits import load_json_object
-from app.api.http.deps import authenticate, holding_turn_slot, read_limited_body, state_of
+from app.api.http.deps import (
+    StateDep,
+    authenticate,
+    holding_turn_slot,
+    read_limited_body,
+    state_of,
+)
 from app.api.http.direct import DirectRoute
 from app.api.http.errors import ApiError, validation_error
 from app.api.http.owned import ReachableResponse
 from app.api.http.sse import EventSourceResponse, opted_in, turn_stream
+from app.api.responses.background import BackgroundRuns
 from app.api.responses.render import ResponseFrames, json_answer
 from app.api.responses.serving import ResponsesServing
 from app.api.responses.wire import ResponseCreateRequest
 from app.api.retries import retry_of
 from app.api.turn_serving import Asked
+from app.db.session_models import ResponseRow
 from app.security.principal import CHAT
 
 router = APIRouter()
@@ -68,6 +76,12 @@ async def create_response(request: Request) -> Response:
         run = await responses_serving(request).start(body, Asked(principal, on_behalf), retry=retry)
     slot.bind(run.handle.task)
     headers = run.shell.headers()
+    if run.background is not None:
+        # No client owns a background turn: none of these answers can cancel it.
+        if not body.stream:
+            return JSONResponse(run.shell.body(status="queued", output=[]), headers=headers)
+        follow = run.background.follow(-1, state.settings.keepalive_s)
+        return EventSourceResponse(follow, headers=headers)
     if not body.stream:
         return await json_answer(
             request, run.handle, run.done, headers, grace_s=retry.hangup_grace_s
@@ -83,9 +97,46 @@ router.add_api_route(
 )
 
 
+def _background(serving: ResponsesServing, row: ResponseRow, what: str) -> BackgroundRuns:
+    if not row.background or serving.background is None:
+        raise ApiError(400, f"only a background response can be {what}", code="invalid_request")
+    return serving.background
+
+
 @router.get("/v1/responses/{response_id}")
-async def get_response(row: ReachableResponse) -> Any:
-    return JSONResponse(json.loads(row.body))
+async def get_response(
+    row: ReachableResponse,
+    serving: ServingDep,
+    state: StateDep,
+    stream: bool = False,
+    starting_after: int | None = None,
+) -> Any:
+    """The stored (or, while it runs here, the live) response; `stream=true` replays a
+    background response's events after `starting_after`, then follows them live.
+    (`include` and `include_obfuscation` are accepted and ignored: Courier adds no
+    obfuscation.)"""
+    if not stream:
+        if serving.background is None:
+            return JSONResponse(json.loads(row.body))
+        return JSONResponse(serving.background.body(row))
+    runs = _background(serving, row, "streamed again")
+    if starting_after is not None and starting_after < 0:
+        raise ApiError(
+            400,
+            "starting_after must be a sequence number (0 or more)",
+            param="starting_after",
+            code="invalid_starting_after",
+        )
+    after = -1 if starting_after is None else starting_after
+    frames = runs.stream(row, after=after, keepalive_s=state.settings.keepalive_s)
+    return EventSourceResponse(frames)
+
+
+@router.post("/v1/responses/{response_id}/cancel")
+async def cancel_response(row: ReachableResponse, serving: ServingDep) -> Any:
+    """Stop a running background response; cancelling a finished one answers with its
+    stored body unchanged (as OpenAI: cancelling twice is harmless)."""
+    return JSONResponse(await _background(serving, row, "cancelled").cancel(row))
 
 
 @router.delete("/v1/responses/{response_id}")

@@ -21,6 +21,8 @@ from app.agent.turns.manager import IDEMPOTENCY_TTL_S, RETRY_WINDOW_S, SessionBu
 from app.api.chat.render import usage_out
 from app.api.http.errors import ApiError
 from app.api.http.owned import visible_response
+from app.api.responses.background import BackgroundRuns
+from app.api.responses.background import Recording as BackgroundRecording
 from app.api.responses.render import (
     Recording,
     ResponseShell,
@@ -43,6 +45,8 @@ from app.security.principal import Principal
 
 log = logging.getLogger(__name__)
 
+SETTLE_S = 10.0
+"""At shutdown, how long the ended turns' final records may take to land."""
 RUN_GRACE_S = max(IDEMPOTENCY_TTL_S, RETRY_WINDOW_S)
 """As long as the chat path may still reattach a retry to a finished turn."""
 
@@ -53,13 +57,23 @@ class ResponseRun:
     handle: TurnHandle
     done: Recording
     """The final Response body and how the turn ended, once recorded."""
+    background: BackgroundRecording | None = None
+    """A background response's live recording (its events, from sequence number 0)."""
 
 
 class ResponsesServing:
-    def __init__(self, *, turn_serving: TurnServing, sessions: SessionService) -> None:
+    def __init__(
+        self,
+        *,
+        turn_serving: TurnServing,
+        sessions: SessionService,
+        background: BackgroundRuns | None = None,
+    ) -> None:
         self.turn_serving = turn_serving
         self.sessions = sessions
         self.store = turn_serving.store
+        self.background = background
+        """The running background responses; None when `COURIER_BACKGROUND` is off."""
         self._runs: dict[str, ResponseRun] = {}
         """Running responses by turn id: a retried request reattaches to its twin's turn
         and must get the same response, not a second record of one turn."""
@@ -68,10 +82,26 @@ class ResponsesServing:
         self, request: ResponseCreateRequest, asked: Asked, *, retry: Retry
     ) -> ResponseRun:
         translated = translate(request)  # every 400 before a session is forked
+        background = self._background_runs(request)
         if ignored := request.ignored_fields():
             log.info("responses: ignoring unsupported request fields: %s", ", ".join(ignored))
         session_id = self._continued_session(request, asked)
         first = q.max_message_id(self.store, session_id=session_id) + 1 if session_id else 0
+        opened: list[BackgroundRecording] = []
+
+        def open_background(handle: TurnHandle, session_id: str) -> None:
+            """In the turn's opening unit: the client hears the id only once it is stored."""
+            assert background is not None
+            shell = ResponseShell(
+                id=new_id("resp"), model=request.model, request=request, session_id=session_id
+            )
+            recording = BackgroundRecording(shell, handle, owner=asked.principal.owner)
+            row = self._row(
+                shell, asked.principal, items=translated.items, first=first, turn=handle.turn_id
+            )
+            background.open(row, recording)
+            opened.append(recording)
+
         started = await self.turn_serving.start(
             asked,
             retry,
@@ -79,15 +109,30 @@ class ResponsesServing:
             translate=lambda profile: translated.turn_request(
                 asked, session_id=session_id, profile=profile
             ),
+            on_open=open_background if background is not None else None,
         )
         if (seen := self._runs.get(started.handle.turn_id)) is not None:
             return seen
-        shell = ResponseShell(
-            id=new_id("resp"),
-            model=request.model,
-            request=request,
-            session_id=started.session_id,
+        recording = opened[0] if opened else None
+        if background is not None and recording is None:
+            # A retry reattached to a turn whose run this process no longer holds.
+            raise ApiError(
+                409,
+                "this request repeats a background response that has already ended",
+                code="background_replayed",
+            )
+        shell = (
+            recording.shell
+            if recording is not None
+            else ResponseShell(
+                id=new_id("resp"),
+                model=request.model,
+                request=request,
+                session_id=started.session_id,
+            )
         )
+        if background is not None and recording is not None:
+            background.attach(recording)
         done = asyncio.create_task(
             self._record(
                 shell,
@@ -95,9 +140,10 @@ class ResponsesServing:
                 items=translated.items,
                 first=first,
                 principal=asked.principal,
+                recording=recording,
             )
         )
-        run = ResponseRun(shell=shell, handle=started.handle, done=done)
+        run = ResponseRun(shell=shell, handle=started.handle, done=done, background=recording)
         turn_id = started.handle.turn_id
         self._runs[turn_id] = run
         # Kept a little past the end, so a retry arriving just after still finds it.
@@ -107,6 +153,56 @@ class ResponsesServing:
             )
         )
         return run
+
+    def _background_runs(self, request: ResponseCreateRequest) -> BackgroundRuns | None:
+        if not request.background:
+            return None
+        if self.background is None:
+            raise ApiError(
+                400,
+                "background responses are turned off on this server (COURIER_BACKGROUND)",
+                param="background",
+                code="unsupported_parameter",
+            )
+        return self.background
+
+    async def aclose(self, timeout_s: float = SETTLE_S) -> None:
+        """At shutdown, after the turns ended: let their final records land before the
+        store closes (a background response would otherwise be repaired as `failed`
+        by the next start), then stop the background flusher."""
+        pending = [run.done for run in self._runs.values() if not run.done.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
+        if self.background is not None:
+            await self.background.aclose()
+
+    @staticmethod
+    def _row(
+        shell: ResponseShell,
+        principal: Principal,
+        *,
+        items: list[dict[str, object]],
+        first: int,
+        body: dict[str, object] | None = None,
+        last: int | None = None,
+        turn: str | None = None,
+    ) -> ResponseRow:
+        """The stored row: the final one, or (with `turn`) a background response's first,
+        `queued` with no body but its shell yet."""
+        r = shell.request
+        return ResponseRow(
+            id=shell.id,
+            session_id=shell.session_id,
+            owner=principal.owner,
+            previous_response_id=r.previous_response_id,
+            first_message_id=first,
+            last_message_id=first if last is None else last,
+            body=json.dumps(body if body is not None else shell.body(status="queued", output=[])),
+            input_items=json.dumps(items),
+            background=bool(r.background),
+            status="queued" if turn is not None else "",
+            turn_id=turn,
+        )
 
     def _continued_session(self, request: ResponseCreateRequest, asked: Asked) -> str | None:
         principal = asked.principal
@@ -147,6 +243,7 @@ class ResponsesServing:
         items: list[dict[str, object]],
         first: int,
         principal: Principal,
+        recording: BackgroundRecording | None = None,
     ) -> tuple[dict[str, object], TurnFinished]:
         # Wait on the task, not on a subscription: a subscriber counts as a client still
         # watching, and would keep a turn whose client hung up from being cancelled.
@@ -177,19 +274,12 @@ class ResponsesServing:
             finished=finished,
         )
         last = q.max_message_id(self.store, session_id=shell.session_id)
-        if shell.request.store:
+        if recording is not None and self.background is not None:
+            await self.background.finish(recording, final, last_message_id=last)
+        elif shell.request.store:
             q.save_response(
                 self.store,
-                ResponseRow(
-                    id=shell.id,
-                    session_id=shell.session_id,
-                    owner=principal.owner,
-                    previous_response_id=shell.request.previous_response_id,
-                    first_message_id=first,
-                    last_message_id=last,
-                    body=json.dumps(final),
-                    input_items=json.dumps(items),
-                ),
+                self._row(shell, principal, items=items, first=first, body=final, last=last),
             )
         else:
             self._forget(shell.session_id, first=first, last=last, whole=first == 0)

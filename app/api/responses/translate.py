@@ -121,12 +121,13 @@ def translate(request: ResponseCreateRequest) -> Translated:
 
 def check_supported(request: ResponseCreateRequest) -> None:
     """Refuse what would otherwise be silently dropped, naming the parameter."""
-    if request.background:
+    if request.background and not request.store:
+        # As OpenAI: a background response is only ever reached again through its record.
         raise ApiError(
             400,
-            "background responses are not supported; stream instead",
-            param="background",
-            code="unsupported_parameter",
+            "a background response must be stored: set store to true",
+            param="store",
+            code="invalid_value",
         )
     for i, tool in enumerate(request.tools or []):
         kind = tool.get("type")

@@ -1,0 +1,1 @@
+"""Webhooks: signed events announcing what finished while nobody was connected."""
