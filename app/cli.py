@@ -84,10 +84,10 @@ def _schema_problem(settings: Settings) -> str | None:
     lifespan."""
     from sqlalchemy.exc import OperationalError
 
-    from app.db.database import kind, open_engine
+    from app.db.database import database, kind, open_engine
     from app.db.migrations import runner
 
-    engine = open_engine(settings.database)
+    engine = open_engine(database(settings))
     try:
         if not settings.migrate_on_start:
             runner.check(engine)
@@ -99,7 +99,7 @@ def _schema_problem(settings: Settings) -> str | None:
         return str(exc)
     except OperationalError as exc:
         # The driver's own words: they name the host, never the password.
-        return f"cannot open the {kind(settings.database)} database: {exc.orig}"
+        return f"cannot open the {kind(database(settings))} database: {exc.orig}"
     finally:
         engine.dispose()
     return None
@@ -111,7 +111,7 @@ def _migrate(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import OperationalError
 
     from app.config import ConfigError, load_settings
-    from app.db.database import kind, open_engine
+    from app.db.database import database, kind, open_engine
     from app.db.instance import DataDirBusy, DataDirLock
     from app.db.migrations import runner
 
@@ -120,13 +120,13 @@ def _migrate(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"courier: {exc}", file=sys.stderr)
         return 2
-    backend = kind(settings.database)
+    backend = kind(database(settings))
     lock = None
     try:
         if backend == "sqlite":
             # One process owns a SQLite file: migrating under a running server is refused.
             lock = DataDirLock.acquire(settings.data_dir)
-        engine = open_engine(settings.database)
+        engine = open_engine(database(settings))
         try:
             with engine.connect() as conn:
                 state, revision = runner.schema_state(conn)

@@ -17,7 +17,7 @@ from decimal import Decimal
 from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -27,6 +27,9 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from app.config_rules import database_url as db_url
+from app.config_rules.trusted_networks import trusted_network
 
 MIN_KEY_LENGTH = 16
 MIN_KEY_DISTINCT_CHARS = 8
@@ -631,17 +634,8 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _postgresql_url(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is None or not value.get_secret_value().strip():
-            return None
-        url = value.get_secret_value().strip()
-        scheme, sep, rest = url.partition("://")
-        if not sep or scheme not in ("postgresql+psycopg", "postgresql", "postgres"):
-            # The scheme only: the rest of the URL may hold the password.
-            raise ValueError(
-                f"COURIER_DATABASE_URL: scheme {scheme[:40]!r} is not PostgreSQL; use "
-                "postgresql+psycopg://user:password@host:5432/db (or leave it unset for SQLite)"
-            )
-        return SecretStr(f"postgresql+psycopg://{rest}")
+        url = db_url.normalised(value.get_secret_value()) if value else None
+        return SecretStr(url) if url else None
 
     @field_validator("api_key")
     @classmethod
@@ -751,22 +745,6 @@ class Settings(BaseSettings):
     def db_path(self) -> Path:
         return self.data_dir / "courier.db"
 
-    @property
-    def database(self) -> Path | str:
-        """Where the store is: the PostgreSQL URL when one is set, else the SQLite file."""
-        if self.database_url is not None:
-            return self.database_url.get_secret_value()
-        return self.db_path
-
-    @property
-    def database_password(self) -> SecretStr | None:
-        """The password in `database_url`, for the redactor: an error that quotes it
-        without the URL around it is redacted too."""
-        if self.database_url is None:
-            return None
-        password = urlsplit(self.database_url.get_secret_value()).password
-        return SecretStr(unquote(password)) if password else None
-
 
 def is_loopback(host: str) -> bool:
     if host in ("localhost", "localhost.localdomain"):
@@ -785,25 +763,6 @@ def _split_list(value: Any) -> Any:
             return json.loads(text)
         return tuple(part.strip() for part in text.split(",") if part.strip())
     return value
-
-
-def trusted_network(entry: str) -> IPv4Network | IPv6Network:
-    """One `COURIER_TRUSTED_PROXIES` entry as a network, or a ValueError naming the mistake.
-
-    Strict on purpose: `10.0.0.1/24` (host bits set) is refused rather than widened to the
-    /24 a typo may not have meant, and a /0 is refused outright, since trusting every
-    address lets any client write the address the per-IP limit counts."""
-    text = entry.strip()
-    try:
-        network = ipaddress.ip_network(text, strict=True)
-    except ValueError as exc:
-        raise ValueError(f"trusted proxy {text!r} is not an IP address or network: {exc}") from None
-    if network.prefixlen == 0:
-        raise ValueError(
-            f"trusted proxy {text!r} trusts every address, so any client could choose the "
-            "address it is counted as; name the proxy's own addresses"
-        )
-    return network
 
 
 def webhook_problem(url: str | None, secret: SecretStr | None) -> str | None:

@@ -7,7 +7,9 @@ Nothing outside app/db/ learns the dialect but through what this module answers.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from pydantic import SecretStr
 from sqlalchemy import Engine, create_engine
 
 import app.db.approval_models
@@ -15,11 +17,15 @@ import app.db.chat_models
 import app.db.session_models
 import app.db.tool_models
 import app.db.webhook_models  # noqa: F401  (registers the tools' and webhooks' tables too)
+from app.config_rules.database_url import password_of
 from app.db import (
     models,  # noqa: F401  (registers the tables on SQLModel.metadata)
     tool_sets,  # noqa: F401  (its table, and the load event resolving session snapshots)
 )
 from app.db.engine import sqlite_engine
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 Target = Path | str
 """A SQLite file's path, or a PostgreSQL URL (`postgresql+psycopg://...`)."""
@@ -45,3 +51,16 @@ def open_engine(target: Target) -> Engine:
 def kind(target: Target) -> str:
     """`sqlite` or `postgresql`, for what is said to operators (logs, migrate's output)."""
     return "sqlite" if isinstance(target, Path) else "postgresql"
+
+
+def database(settings: Settings) -> Path | str:
+    """Where the store is: the PostgreSQL URL when one is set, else the SQLite file."""
+    if settings.database_url is not None:
+        return settings.database_url.get_secret_value()
+    return settings.db_path
+
+
+def database_password(settings: Settings) -> SecretStr | None:
+    """The password in `database_url`, for the redactor."""
+    url = settings.database_url.get_secret_value() if settings.database_url else ""
+    return SecretStr(password) if (password := password_of(url)) else None
