@@ -505,14 +505,14 @@ class Settings(BaseSettings):
     tool_plugins: str = ""
     """Comma-separated `module:attribute` names of extra tools, imported once at startup."""
     mcp_config: Path | None = None
-    """A JSON file of MCP servers in the `{"mcpServers": {...}}` shape other MCP hosts read
-    (docs/mcp.md); their tools are offered as `mcp__<server>__<tool>`. Read once at start."""
+    """MCP servers in the `{"mcpServers": {...}}` file shape (docs/mcp.md); read at start."""
     mcp_url_allow: Annotated[tuple[str, ...], NoDecode] = ()
     """Loopback or private `host:port` entries (or CIDRs) MCP servers' URLs may reach."""
     mcp_call_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     """Longest wait for one MCP tool call unless the server's `timeout_s` says otherwise."""
     mcp_connect_timeout_s: float = Field(default=30.0, gt=0, le=600)
     """Longest wait for an MCP server to start, answer the handshake and list its tools."""
+    mcp_remote: bool = True  # a Responses request may name its own MCP server (docs/mcp.md)
 
     profiles: tuple[Profile, ...] = ()
     """Extra profiles from `[[profiles]]` in the TOML file."""

@@ -32,7 +32,6 @@ from app.api.admin.console import router as console
 from app.api.chat import router as chat
 from app.api.chat.serving import ChatServing
 from app.api.discovery import capabilities, health, models
-from app.api.http.body_limits import shutdown_worker
 from app.api.http.cors import CorsMiddleware
 from app.api.http.direct import DirectApp
 from app.api.http.errors import ApiError, validation_error
@@ -42,6 +41,7 @@ from app.api.http.security_headers import SECURITY_HEADERS, SecurityHeaders
 from app.api.responses import router as responses
 from app.api.responses.background import BackgroundRuns
 from app.api.responses.background import repair_unfinished as repair_unfinished_background
+from app.api.responses.remote_mcp import RemoteMcp
 from app.api.responses.serving import ResponsesServing
 from app.api.retries import DurableKeys
 from app.api.sessions import router as sessions
@@ -141,7 +141,9 @@ def known_secrets(settings: Settings) -> list[str]:
     return [v.get_secret_value() for v in values if v is not None] + (mcp.secrets() if mcp else [])
 
 
-async def start_mcp(settings: Settings, tools: ToolRegistry, metrics: Metrics) -> McpHub | None:
+async def start_mcp(
+    settings: Settings, tools: ToolRegistry, metrics: Metrics, store: Store | None = None
+) -> McpHub | None:
     """The MCP servers' hub, started, when a servers file is configured. The SDK is
     imported only then, and in a thread: it takes a second or two, and boot waits for no
     server (each connects in its own task)."""
@@ -149,7 +151,7 @@ async def start_mcp(settings: Settings, tools: ToolRegistry, metrics: Metrics) -
     if mcp is None:
         return None
     hub_module = await asyncio.to_thread(importlib.import_module, "app.tools.mcp.hub")
-    hub: McpHub = hub_module.McpHub(mcp, settings=settings, registry=tools)
+    hub: McpHub = hub_module.McpHub(mcp, settings=settings, registry=tools, store=store)
     metrics.registry.register(hub_module.McpCollector(hub))
     hub.start()
     return hub
@@ -169,7 +171,10 @@ def install_endpoints(
         turns=turn_serving.turns,
     )
     responses_serving = ResponsesServing(
-        turn_serving=turn_serving, sessions=sessions_service, background=background
+        turn_serving=turn_serving,
+        sessions=sessions_service,
+        background=background,
+        remote_mcp=RemoteMcp.from_settings(turn_serving.setup.settings),
     )
     setattr(app.state, responses.SERVING, responses_serving)
 
@@ -201,7 +206,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # the terminal tool is offered and, if not, why (a container without the options).
     await asyncio.to_thread(sandbox_status)
     tools = _tool_registry(settings, metrics)
-    app.state.mcp = await start_mcp(settings, tools, metrics)
+    app.state.mcp = await start_mcp(settings, tools, metrics, store)
     auth = build_authenticator(settings)
     approvals = build_gate(settings, store, auth)
     turn_serving = TurnServing(
@@ -251,7 +256,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await provider.aclose()
         await clients.aclose()
         store.close()
-        shutdown_worker()
 
 
 def _background_runs(

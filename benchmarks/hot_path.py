@@ -306,7 +306,7 @@ GROWTH_WINDOWS = 5
 def bench_growth(rig: Rig, turns: int, window: int = 10) -> None:
     print(f"CPU per turn as one session grows (mean over {window} turns, text replies)")
     paired = 2 * window * GROWTH_WINDOWS + 1
-    rig.script([{"reply": {"text": text_of(40)}}] * (2 * (turns + window + 10) + paired))
+    rig.script([{"reply": {"text": text_of(40)}}] * (2 * (turns + window + 10) + 2 * paired))
     # Warm the server on another session first, so the first window measures a short
     # session rather than the process's first requests (lazy imports, cold caches).
     warm = rig.turn()
@@ -317,20 +317,28 @@ def bench_growth(rig: Rig, turns: int, window: int = 10) -> None:
     def by_id(n: int) -> None:
         rig.turn(f"Question number {n}: say something.", session=sid)
 
-    history: list[dict[str, str]] = []
+    def resender() -> Callable[[int], None]:
+        history: list[dict[str, str]] = []
 
-    def resent(n: int) -> None:
-        # As every real client talks: no session id, the whole visible history each time;
-        # Courier recognises the conversation it continues (app/agent/opening/continuity.py).
-        history.append({"role": "user", "content": f"Question number {n}: say something."})
-        history.append({"role": "assistant", "content": rig.converse(history)[1]})
+        def resent(n: int) -> None:
+            # As every real client talks: no session id, the whole visible history each
+            # time; Courier recognises the conversation it continues
+            # (app/agent/opening/continuity.py, app/api/chat/resend.py).
+            history.append({"role": "user", "content": f"Question number {n}: say something."})
+            history.append({"role": "assistant", "content": rig.converse(history)[1]})
+
+        return resent
 
     print("  by session id (X-Session-Id):")
     _growth(rig, turns, window, by_id)
     _paired(rig, turns, window, by_id)
     print("  the whole history resent each turn, as clients do (no session id):")
+    resent = resender()
     resent(1)  # the new session, as `by_id`'s was made before its count
     _growth(rig, turns, window, resent)
+    young = resender()
+    young(1)
+    _paired(rig, turns, window, resent, young)
 
 
 def _growth(rig: Rig, turns: int, window: int, turn: Callable[[int], None]) -> None:
@@ -359,14 +367,22 @@ def _growth(rig: Rig, turns: int, window: int, turn: Callable[[int], None]) -> N
     )
 
 
-def _paired(rig: Rig, turns: int, window: int, grown: Callable[[int], None]) -> None:
+def _paired(
+    rig: Rig,
+    turns: int,
+    window: int,
+    grown: Callable[[int], None],
+    young: Callable[[int], None] | None = None,
+) -> None:
     """The growth figure side by side: blocks of `window` turns alternate between the grown
-    session (its turns after `turns`) and a new one (its turns from 2), so the machine's
-    drift, which sequential windows half a minute apart read as growth, hits both alike."""
-    young_sid = rig.turn()
+    session (its turns after `turns`) and a new one (its turns from 2; by session id unless
+    `young` is given, already past its turn 1), so the machine's drift, which sequential
+    windows half a minute apart read as growth, hits both alike."""
+    if young is None:
+        young_sid = rig.turn()
 
-    def young(n: int) -> None:
-        rig.turn(f"Question number {n}: say something.", session=young_sid)
+        def young(n: int) -> None:
+            rig.turn(f"Question number {n}: say something.", session=young_sid)
 
     at = {"grown": turns + 1, "young": 2}
     cost: dict[str, list[float]] = {"grown": [], "young": []}

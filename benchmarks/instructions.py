@@ -16,6 +16,7 @@ messages, so the figure carries their indexing whatever the machine's speed.
 Needs valgrind (Debian: `apt-get install valgrind`); about a minute per kind.
 
     .venv/bin/python benchmarks/instructions.py [--requests 60] [--only new,continued,tool,long]
+        [--resent-growth 300]   (also: a resent conversation's turns past 300 beside a young one's)
 """
 
 from __future__ import annotations
@@ -92,10 +93,47 @@ def script(rig: Rig, kind: str, n: int) -> None:
         rig.script([{"reply": {"text": text_of(words)}}] * n)
 
 
+def resent_growth(rig: Rig, out: Path, turns: int, n: int) -> None:
+    """Instructions per request of a conversation resent whole each turn, as clients do:
+    `n` turns past `turns` beside `n` turns of a young one (its turns 2 on), so the growth
+    issue 30 bounds (1.25x) reads without the machine's drift."""
+    rig.script([{"reply": {"text": text_of(SHORT)}}] * (turns + 2 * n + 10))
+
+    def resender(tag: str) -> Callable[[], None]:
+        history: list[dict[str, str]] = []
+
+        def resend() -> None:
+            history.append({"role": "user", "content": f"{tag} question {len(history)}"})
+            history.append({"role": "assistant", "content": rig.converse(history)[1]})
+
+        return resend
+
+    grown, young = resender("Grown"), resender("Young")
+    for _ in range(turns):
+        grown()
+    young()
+    counted = {
+        name: measure(rig, out, n, turn) for name, turn in (("young", young), ("grown", grown))
+    }
+    (y, y_sim), (g, g_sim) = counted["young"], counted["grown"]
+    print(
+        f"  resent, turns 2-{n + 1} of a new conversation {y / 1e6:7.3f} M (simulator "
+        f"{y_sim / 1e6:6.3f} M); turns {turns + 1}-{turns + n} of a grown one "
+        f"{g / 1e6:7.3f} M (simulator {g_sim / 1e6:6.3f} M): ratio {g / y:5.2f}x"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=60)
     parser.add_argument("--only", default=",".join(KINDS))
+    parser.add_argument(
+        "--resent-growth",
+        type=int,
+        default=0,
+        metavar="TURNS",
+        help="also count a resent conversation's turns past TURNS beside a young one's",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("needs valgrind and callgrind_control (Debian: apt-get install valgrind)")
@@ -137,6 +175,8 @@ def main() -> int:
                 f"  {label:<30} {server / 1e6:7.3f} M   (simulator {sim / 1e6:6.3f} M, "
                 f"ratio {server / sim:5.2f}x)"
             )
+        if args.resent_growth:
+            resent_growth(rig, out, args.resent_growth, n)
     finally:
         rig.close()
         shutil.rmtree(out, ignore_errors=True)

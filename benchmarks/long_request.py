@@ -10,9 +10,11 @@ against one server (the simulator answers each at once):
   by its rolling hash, `app/agent/opening/continuity.py`);
 - fresh: a 10,000-message history the server has never seen (a new session importing it).
 
-CPU is the server process's and its children's (the parse worker), read from the kernel's
-per-process clocks around each request; the figure is the median of `--repeats`. Printed
-with the ratio of each case to the by-id turn.
+CPU is the server process's (every thread: the big body is parsed on one) and any
+children's, read from the kernel's per-process clocks around each request; the figure is
+the median of `--repeats`. Printed with the ratio of each case to the by-id turn, then the
+longest pause 20 paced streams saw while a fresh and a resent long request ran, beside the
+same window with nothing else running.
 
     .venv/bin/python benchmarks/long_request.py [--messages 10000] [--repeats 5]
 """
@@ -22,16 +24,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import threading
 import time
+from collections.abc import Callable
 from contextlib import suppress
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from hot_path import Rig, cpu_s, text_of
+import httpx
+from hot_path import Rig, cpu_s, has_content, text_of
 
 
 def children(pid: int) -> list[int]:
-    """The server's child processes (the parse worker), whose CPU is the request's too."""
+    """The server's child processes, whose CPU would be the request's too (none since the
+    parse worker went: big bodies are parsed on a thread)."""
     found: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         raw = (task / "children").read_text().split()
@@ -86,6 +93,55 @@ def timed_request(
     return cpu_ms, first if first is not None else float("nan"), sid, "".join(said)
 
 
+BACKGROUND = 20
+"""Streams running while the long request is parsed ("without silencing other streams")."""
+PACE = 20
+"""Their tokens per second: a chunk every 50 ms when nothing holds the loop."""
+
+
+def longest_gap_ms(rig: Rig, tag: str, during: Callable[[], object] | None) -> float:
+    """The longest silence between two content chunks of any of BACKGROUND paced streams,
+    over a window in which `during` runs once (None: the same window, nothing else)."""
+    gaps: list[float] = []
+    ready = threading.Barrier(BACKGROUND + 1)
+    window = threading.Event()
+
+    def stream(i: int) -> None:
+        # Unique per window: a byte-identical body would reattach to the finished turn.
+        said = [{"role": "user", "content": f"background {tag} {i}"}]
+        body = {"model": "courier", "stream": True, "messages": said}
+        last: float | None = None
+        longest = 0.0
+        with (
+            httpx.Client(timeout=120) as http,
+            http.stream("POST", rig.url, json=body, headers=rig.auth) as resp,
+        ):
+            for line in resp.iter_lines():
+                if not has_content(line):
+                    continue
+                now = time.perf_counter()
+                if last is None:
+                    ready.wait(60)
+                elif window.is_set():
+                    longest = max(longest, now - last)
+                last = now
+        gaps.append(longest * 1000)
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(BACKGROUND)]
+    for t in threads:
+        t.start()
+    ready.wait(60)  # every stream is flowing
+    time.sleep(0.5)
+    window.set()
+    if during is not None:
+        during()
+    time.sleep(1.0)
+    window.clear()
+    for t in threads:
+        t.join()
+    return max(gaps)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=10_000)
@@ -93,12 +149,12 @@ def main() -> int:
     args = parser.parse_args()
     # Requests stay within the server's 10,000-message cap: the resent conversation grows
     # by two messages a repeat, so it starts that much shorter (odd: it ends on a user).
-    n = args.messages - 1 - 2 * args.repeats
+    n = args.messages - 1 - 2 * (args.repeats + 1)  # and once more while others stream
     n -= 1 - n % 2
     rig = Rig(wait_s=120.0)  # a loaded machine starts the server slowly
     try:
         rig.script([{"reply": {"text": text_of(20)}}] * (4 * args.repeats + 20))
-        for _ in range(3):  # warm: imports, caches, the parse worker's start
+        for _ in range(3):  # warm: imports, caches
             rig.turn()
         convo = history(n, "stored")
         _, _, sid, answer = timed_request(rig, convo)
@@ -122,10 +178,19 @@ def main() -> int:
             assert got != sid
             cost["fresh"].append(cpu)
             ttft["fresh"].append(first)
+        # Other streams while the long request parses: the longest pause any of them saw.
+        rig.configure(tokens_per_second=PACE)
+        paced = {"reply": {"text": text_of(PACE * 6)}}  # six seconds of words
+        rig.script([paced] * (3 * (BACKGROUND + 1)))
+        quiet = longest_gap_ms(rig, "alone", None)
+        fresh = partial(timed_request, rig, history(n, "gap fresh"))
+        fresh_gap = longest_gap_ms(rig, "fresh", fresh)
+        question = {"role": "user", "content": "Resent question while others stream."}
+        resent_gap = longest_gap_ms(rig, "resent", partial(timed_request, rig, [*convo, question]))
         size = len(json.dumps({"messages": convo}).encode()) / 1e6
         print(
             f"One request carrying {n:,} messages (~{size:.1f} MB), "
-            f"median of {args.repeats}, server CPU incl. the parse worker"
+            f"median of {args.repeats}, server CPU (all threads)"
         )
         base = statistics.median(cost["by id"])
         for name in cost:
@@ -134,6 +199,11 @@ def main() -> int:
                 f"  {name:<8} {ms:8.1f} ms CPU   first token {first_ms:7.1f} ms   "
                 f"ratio to by id {ms / base:6.2f}x"
             )
+        print(
+            f"Longest pause between chunks of {BACKGROUND} streams at {PACE} tok/s: "
+            f"{quiet:.0f} ms alone, {fresh_gap:.0f} ms while a fresh one ran, "
+            f"{resent_gap:.0f} ms while a resent one ran"
+        )
     finally:
         rig.close()
     return 0

@@ -43,6 +43,9 @@ class ToolStarted:
     call_id: str
     name: str
     kind: Literal["tool_started"] = "tool_started"
+    source: str = ""
+    """Where the tool lives when not in Courier: `mcp:<server>` (the servers file) or
+    `mcp-remote:<label>` (a Responses request's own server)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,7 @@ class ToolFinished:
     is_error: bool
     duration_ms: float = 0.0
     kind: Literal["tool_finished"] = "tool_finished"
+    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,41 @@ class ClientToolCalls:
 
     calls: tuple[ToolCall, ...]
     kind: Literal["client_tool_calls"] = "client_tool_calls"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteMcpCall:
+    """A call to a tool of a server the Responses request declared (its `mcp` tool)
+    starts: the client sees it as an `mcp_call` item."""
+
+    call_id: str
+    server_label: str
+    name: str
+    """The server's own name for the tool, not the model's `mcp__...` one."""
+    arguments: str
+    approval_request_id: str | None = None
+    kind: Literal["remote_mcp_call"] = "remote_mcp_call"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteMcpResult:
+    call_id: str
+    output: str | None
+    """The server's text, unfenced (the model reads it fenced)."""
+    error: str | None = None
+    """The spec's `mcp_call.error` object, as JSON."""
+    kind: Literal["remote_mcp_result"] = "remote_mcp_result"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteMcpApproval:
+    """A remote call held for the client's `mcp_approval_response`: the turn ends with it."""
+
+    call_id: str
+    server_label: str
+    name: str
+    arguments: str
+    kind: Literal["remote_mcp_approval"] = "remote_mcp_approval"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,4 +161,7 @@ TurnEvent = (
     | ApprovalResolved
     | ClientToolCalls
     | TurnFinished
+    | RemoteMcpCall
+    | RemoteMcpResult
+    | RemoteMcpApproval
 )

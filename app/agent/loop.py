@@ -23,14 +23,21 @@ from app.agent.accumulate import Reply
 from app.agent.context.compressor import OVERFLOW_RETRIES
 from app.agent.context.window import preflight
 from app.agent.cost.budget import HardCapReached
-from app.agent.events import ClientToolCalls, ExitReason, TurnError, TurnFinished, TurnText
+from app.agent.events import (
+    ClientToolCalls,
+    ExitReason,
+    RemoteMcpApproval,
+    TurnError,
+    TurnFinished,
+    TurnText,
+)
 from app.agent.fallback import fall_back
 from app.agent.model_call import call_model, summariser
 from app.agent.reply_checks import close_cut_calls, cut_calls, empty_reply_error, second_look
 from app.agent.reply_store import keep_partial_reply, persist_intent
 from app.agent.steer import deliver_steers
 from app.agent.structured import REPAIR_NOTE, output_problem
-from app.agent.tool_step import limit_parallel, repair_calls, split_calls
+from app.agent.tool_step import hold_calls, limit_parallel, repair_calls, split_calls
 from app.agent.turn_context import TurnContext, TurnState
 from app.agent.turn_errors import secret_error, turn_error, upstream_turn_error
 from app.db.store import LeaseLost, PersistenceError
@@ -79,6 +86,11 @@ async def run_turn(ctx: TurnContext) -> TurnFinished:
     """Run one turn to its end and return how it ended; never raises for expected failures."""
     state = TurnState()
     try:
+        if ctx.approved:
+            # The client approved these held calls: their results come before the model
+            # reads the conversation again, right after the message that made them.
+            state.tools_ran += len(ctx.approved)
+            await state.tools(ctx).run(ctx.approved)
         while True:
             final = state.iterations >= ctx.profile.max_iterations  # the last call: no tools
             state.iterations += 1
@@ -160,15 +172,21 @@ async def act(
         cut=cut_calls(reply, calls),
     )
     server_calls, client_calls = split_calls(calls, ctx.client_tools)
+    server_calls, held = hold_calls(server_calls, ctx.remote.held)
     if server_calls:
         state.tools_ran += len(server_calls)
         await state.tools(ctx).run(server_calls)
-        if not client_calls:
+        if not client_calls and not held:
             deliver_steers(ctx)  # after the batch, before the model reads its results
+    for call in held:
+        # Left open in the log: the client's mcp_approval_response runs or refuses it.
+        remote = ctx.remote.named[call.name]
+        ctx.emit(RemoteMcpApproval(call.id, remote.label, remote.raw, call.arguments))
     if client_calls:
         # The client runs these; its next request carries the results and
         # continues this conversation where it stands now.
         ctx.emit(ClientToolCalls(client_calls))
+    if client_calls or held:
         return FinalOutput("completed", "tool_calls")
     return RunAgain()
 

@@ -64,6 +64,17 @@ class UnknownToolCall(Refused):
         )
 
 
+class RemoteServerUndeclared(Refused):
+    code = "mcp_server_not_declared"
+
+    def __init__(self, name: str, *, param: str) -> None:
+        super().__init__(
+            f"the approved call is to '{name}', whose mcp server this request does not "
+            "declare in its tools; declare it again (tools are not inherited)",
+            param=param,
+        )
+
+
 class UnknownToolChoice(Refused):
     code = "invalid_tool_choice"
 
@@ -114,3 +125,9 @@ class SpendRefused(Refused):
         super().__init__(error.message)
         self.code = error.code
         self.error = error
+
+
+class ResumeStale(Exception):
+    """A resent history's `ResumePoint` no longer holds under the session's lease (another
+    turn appended, a retraction, a compaction, the session gone): the request is taken
+    again by the full path. Never shown to a client, so not a `Refused`."""

@@ -6,17 +6,33 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
 from app.agent.context.context_files import ContextWatch
-from app.agent.events import ToolFinished, ToolStarted, TurnEvent
+from app.agent.events import (
+    RemoteMcpCall,
+    RemoteMcpResult,
+    ToolFinished,
+    ToolStarted,
+    TurnEvent,
+)
+from app.db.mcp_store import McpCall, record_call
 from app.db.store import NewMessage, Store
 from app.providers.base import ToolCall
 from app.tools.call_repair import repair_json_arguments, resolve_tool_name
 from app.tools.dispatch import Guard, dispatch
+from app.tools.mcp.names import is_mcp_name, server_of, tool_of
+from app.tools.mcp.outcome import NOT_RUN, McpOutcome
+from app.tools.mcp.remote import (
+    RemoteOutcome,
+    RemoteTool,
+    approval_id,
+    error_json,
+    execution_error,
+)
 from app.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
 from app.tools.spill import SpillInput, budgets, spill
 
@@ -57,6 +73,15 @@ def split_calls(
     return server, tuple(c for c in calls if c.name in client)
 
 
+def hold_calls(
+    calls: tuple[ToolCall, ...], held: frozenset[str]
+) -> tuple[tuple[ToolCall, ...], tuple[ToolCall, ...]]:
+    """(calls to run, remote calls that wait for the client's approval)."""
+    if not held:
+        return calls, ()
+    return tuple(c for c in calls if c.name not in held), tuple(c for c in calls if c.name in held)
+
+
 def limit_parallel(
     calls: tuple[ToolCall, ...], client: frozenset[str], *, allowed: bool | None
 ) -> tuple[ToolCall, ...]:
@@ -66,6 +91,13 @@ def limit_parallel(
         return calls
     first_client = next((c for c in calls if c.name in client), None)
     return tuple(c for c in calls if c.name not in client or c is first_client)
+
+
+def _remote_result(call: ToolCall, outcome: ToolOutcome) -> RemoteMcpResult:
+    if isinstance(outcome, RemoteOutcome):
+        return RemoteMcpResult(call.id, outcome.output, error_json(outcome.error))
+    # Answered before the server was reached (bad arguments, a refusal): Courier's words.
+    return RemoteMcpResult(call.id, None, error_json(execution_error(outcome.content)))
 
 
 def _parses(raw: str) -> bool:
@@ -89,6 +121,11 @@ class BatchRunner:
     watch: ContextWatch | None = None
     """The workspace's context files, read around each batch: a change a tool made is held
     for a person's approval (app/agent/context/context_files.py)."""
+    remote: Mapping[str, RemoteTool] = field(default_factory=dict)
+    """The request's remote MCP tools by model name: their calls are rendered as
+    `mcp_call` items (RemoteMcpCall / RemoteMcpResult)."""
+    approved: frozenset[str] = frozenset()
+    """Call ids the client approved (an `mcp_call`'s approval_request_id)."""
     spill_used: int = 0
     """Characters of tool output already put in front of the model this turn."""
     _started: dict[int, float] = field(default_factory=dict)
@@ -118,16 +155,30 @@ class BatchRunner:
 
     def _on_start(self, index: int, call: ToolCall) -> None:
         self._started[index] = time.monotonic()
-        self.emit(ToolStarted(call.id, call.name))
+        self.emit(ToolStarted(call.id, call.name, source=self._source(call)))
+        if (remote := self.remote.get(call.name)) is not None:
+            asked = approval_id(call.id) if call.id in self.approved else None
+            self.emit(RemoteMcpCall(call.id, remote.label, remote.raw, call.arguments, asked))
 
     async def _on_result(self, index: int, call: ToolCall, outcome: ToolOutcome) -> None:
         # Committed as it arrives, on the store's writer thread: a crash later in the batch
         # keeps what already ran, and a slow disk holds this turn, not every stream.
-        if index not in self._rows:  # else its `in_unit` work stored it with its change
-            self._rows[index] = await self._commit(partial(self._store_result, call, outcome))
         started = self._started.get(index, time.monotonic())
+        if index not in self._rows:  # else its `in_unit` work stored it with its change
+            ran_ms = (time.monotonic() - started) * 1000
+            store = partial(self._store_result, call, outcome, ran_ms=ran_ms)
+            self._rows[index] = await self._commit(store)
         duration_ms = (time.monotonic() - started) * 1000
-        self.emit(ToolFinished(call.id, call.name, outcome.is_error, duration_ms))
+        source = self._source(call)
+        self.emit(ToolFinished(call.id, call.name, outcome.is_error, duration_ms, source=source))
+        if call.name in self.remote:
+            self.emit(_remote_result(call, outcome))
+
+    def _source(self, call: ToolCall) -> str:
+        if not is_mcp_name(call.name):
+            return ""
+        remote = self.remote.get(call.name)
+        return f"mcp-remote:{remote.label}" if remote else f"mcp:{server_of(call.name)}"
 
     async def _in_unit(
         self, index: int, call: ToolCall, tool: Tool, args: dict[str, Any]
@@ -153,7 +204,7 @@ class BatchRunner:
             await asyncio.wait({landing})
             raise
 
-    def _store_result(self, call: ToolCall, outcome: ToolOutcome) -> int:
+    def _store_result(self, call: ToolCall, outcome: ToolOutcome, *, ran_ms: float = 0.0) -> int:
         result = NewMessage(
             role="tool",
             content=outcome.content,
@@ -167,7 +218,35 @@ class BatchRunner:
             turn_id=self.turn_id,
             messages=[result],
         )
+        if is_mcp_name(call.name):
+            record_call(self.store, self._mcp_call(call, outcome, ran_ms))
         return row_id
+
+    def _mcp_call(self, call: ToolCall, outcome: ToolOutcome, ran_ms: float) -> McpCall:
+        """The ledger's row for an MCP call; one that never reached its server (refused,
+        unparsable) is named from the model's name for the tool."""
+        remote = self.remote.get(call.name)
+        if isinstance(outcome, McpOutcome):
+            server, tool, kind = outcome.server, outcome.tool, outcome.kind
+        elif remote is not None:
+            server, tool, kind = remote.label, remote.raw, NOT_RUN
+        else:
+            server, tool, kind = server_of(call.name), tool_of(call.name), NOT_RUN
+        ctx = self.tool_ctx
+        return McpCall(
+            session_id=ctx.session_id,
+            turn_id=self.turn_id,
+            call_id=call.id,
+            owner=ctx.owner,
+            end_user=ctx.end_user,
+            server=server,
+            tool=tool,
+            remote=remote is not None,
+            started_at=time.time() - ran_ms / 1000,
+            duration_ms=round(ran_ms, 3),
+            outcome=kind,
+            result_chars=len(outcome.content),
+        )
 
     def _relocate_oversized(self, calls: Sequence[ToolCall], outcomes: list[ToolOutcome]) -> None:
         """Rows keep the full text for display; the model sees a preview of big results.

@@ -25,9 +25,17 @@ from app.agent.tool_step import BatchRunner
 from app.config import Profile
 from app.db.store import Store
 from app.observe.metrics import Metrics
-from app.providers.base import OutputFormat, Provider, SamplingParams, ToolChoice, ToolSpec
+from app.providers.base import (
+    OutputFormat,
+    Provider,
+    SamplingParams,
+    ToolCall,
+    ToolChoice,
+    ToolSpec,
+)
 from app.providers.pricing import Cost, PriceOverride
 from app.providers.usage import Usage
+from app.tools.mcp.remote import NO_REMOTE_TOOLS, RemoteTools
 from app.tools.registry import ToolContext, ToolRegistry
 
 
@@ -96,6 +104,10 @@ class TurnContext:
     """The session's end user under `owner` ("" for none): the tools' and the ledger's scope."""
     bound_session: str | None = None
     """The session a session-bound token that runs the turn is bound to (None otherwise)."""
+    remote: RemoteTools = NO_REMOTE_TOOLS
+    """The Responses request's remote MCP tools (app/tools/mcp/remote.py)."""
+    approved: tuple[ToolCall, ...] = ()
+    """Held remote calls the client approved: they run before the model is called."""
 
     @functools.cached_property
     def window(self) -> SessionWindow:
@@ -154,6 +166,8 @@ class TurnState:
                 turn_id=ctx.turn_id,
                 context_window=ctx.profile.context_window,
                 emit=ctx.emit,
+                remote=ctx.remote.named,
+                approved=frozenset(c.id for c in ctx.approved) if ctx.approved else frozenset(),
                 guard=turn_guard(
                     ctx.gate,
                     profile=ctx.profile,

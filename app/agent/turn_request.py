@@ -18,6 +18,7 @@ from app.config import Profile
 from app.db.chat_store import StoredImage
 from app.db.store import NewMessage
 from app.providers.base import OutputFormat, Provider, SamplingParams, ToolChoice, ToolSpec
+from app.tools.mcp.remote import NO_REMOTE_TOOLS, RemoteTools
 
 Role = Literal["user", "assistant", "tool", "system", "developer", "function"]
 
@@ -64,6 +65,21 @@ class IncomingMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """A resent history's stored prefix, matched before the request was translated
+    (`app/api/chat/resend.py`): `messages` follow that session's visible transcript at
+    `position`. The lifecycle takes it only if the session still stands there under its
+    lease (`ResumeStale` otherwise)."""
+
+    session_id: str
+    position: int
+    head: str
+    """The transcript hash at `position`."""
+    last_row_id: int
+    compactions: int
+
+
+@dataclass(frozen=True, slots=True)
 class TurnRequest:
     owner: str
     admin: bool
@@ -95,6 +111,12 @@ class TurnRequest:
     session_param: str = "session_id"
     """Where the client named the session, for the 404 that refuses it
     (`previous_response_id` on the Responses API)."""
+    remote: RemoteTools = NO_REMOTE_TOOLS
+    """The Responses request's own MCP servers' tools, for this turn only, and the held
+    calls the client approved."""
+    resume: ResumePoint | None = None
+    """Set when the request carries only what follows a stored prefix (a resent history
+    recognised before translation): where it continues."""
 
     def rows(self, start: int = 0) -> list[NewMessage]:
         return [row for m in self.messages[start:] if (row := m.row) is not None]

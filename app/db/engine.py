@@ -13,6 +13,7 @@ from sqlmodel import SQLModel, create_engine
 import app.db.approval_models
 import app.db.chat_models
 import app.db.job_models
+import app.db.mcp_store
 import app.db.session_models
 import app.db.tool_models
 import app.db.webhook_models  # noqa: F401  (registers the tools' and webhooks' tables too)

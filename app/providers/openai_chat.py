@@ -48,7 +48,7 @@ from app.providers.base import (
 from app.providers.encoded_history import MessageFragments
 from app.providers.errors import PhraseTable, classify_http_error, classify_stream_error, redact
 from app.providers.sse_decoder import SSEDecoder, SSEEvent
-from app.providers.transport import body_chunks, send_streaming
+from app.providers.transport import Pieces, body_chunks, send_streaming
 from app.providers.usage import usage_from_openai
 from app.security.outbound import NO_SCAN, OutboundScan
 
@@ -298,10 +298,25 @@ def encode_chat_body(
     request: ModelRequest, *, cache_markers: bool = False, scan: OutboundScan = NO_SCAN
 ) -> bytes:
     """`encode_body(build_chat_body(request))`, without re-encoding every message, and
-    searched by `scan` (SecretInRequest) in what was not searched before.
+    searched by `scan` (SecretInRequest) in what was not searched before."""
+    return b"".join(encode_chat_pieces(request, cache_markers=cache_markers, scan=scan))
+
+
+SPLICED_APART = 16 * 1024
+"""Fragments at least this long are sent as pieces of their own (`encode_chat_pieces`);
+shorter runs are joined, so a body of thousands of short messages stays a few pieces."""
+
+
+def encode_chat_pieces(
+    request: ModelRequest, *, cache_markers: bool = False, scan: OutboundScan = NO_SCAN
+) -> list[bytes]:
+    """`encode_chat_body` as pieces whose concatenation is the body, not joined.
 
     The messages are spliced into the encoded envelope as remembered fragments; compact
     JSON of a list is its items' encodings joined by commas, so the bytes are the same.
+    A long fragment (a 40 KB tool output) is left a piece of its own: the transport writes
+    the pieces as they are (`transport.Pieces`), where joining them copied the whole body
+    (2 MB by turn 40 of a session reading 40 KB files) twice per upstream call.
     """
     try:
         shell = build_chat_body(replace(request, messages=()), cache_markers=cache_markers)
@@ -312,12 +327,23 @@ def encode_chat_body(
     except TypeError:
         body = encode_body(build_chat_body(request, cache_markers=cache_markers))
         scan.check(body)
-        return body
+        return [body]
     tail = b"]," + rest[1:] if rest != b"{}" else b"]}"
     scan.check_pieces([head, *envelope, tail])
-    body = b"".join((head, b',"messages":[', b",".join([*envelope, *parts]), tail))
-    scan.check_joined(body)
-    return body
+    items = [*envelope, *parts]
+    long = [i for i, n in enumerate(map(len, items)) if n >= SPLICED_APART]
+    pieces = [head + b',"messages":[']
+    at = 0
+    for i in long:
+        if i > at:  # the run of short ones before it, and the comma after them
+            pieces.append(b",".join(items[at:i]) + b",")
+        pieces.append(items[i])
+        at = i + 1
+        if at < len(items):
+            pieces.append(b",")
+    pieces += [b",".join(items[at:]), tail]
+    scan.check_joined_pieces(pieces)
+    return pieces
 
 
 def _check_body(request: ModelRequest, body: bytes, *, cache_markers: bool) -> None:
@@ -538,7 +564,7 @@ class OpenAIChatProvider:
             timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S))
         )
 
-    def request_for(self, body: bytes) -> httpx.Request:
+    def request_for(self, body: bytes | list[bytes]) -> httpx.Request:
         """The upstream request, from a template of what `build_request` makes.
 
         `build_request` merges the client's URL, headers, cookies and timeout on every call
@@ -546,8 +572,9 @@ class OpenAIChatProvider:
         Cookies can change between calls (a gateway's sticky session), so a client holding
         any takes the full build."""
         if self._client.cookies:
+            content = body if isinstance(body, bytes) else b"".join(body)
             return self._client.build_request(
-                "POST", self._url, content=body, headers=self._headers
+                "POST", self._url, content=content, headers=self._headers
             )
         if self._template is None:
             made = self._client.build_request("POST", self._url, content=b"", headers=self._headers)
@@ -555,8 +582,17 @@ class OpenAIChatProvider:
             kept = [(k, v) for k, v in made.headers.raw if k.lower() != b"content-length"]
             self._template = (made.url, kept, made.extensions)
         url, headers, extensions = self._template
+        if isinstance(body, bytes):
+            return httpx.Request(
+                "POST", url, content=body, headers=headers, extensions=dict(extensions)
+            )
+        length = (b"Content-Length", b"%d" % sum(map(len, body)))
         return httpx.Request(
-            "POST", url, content=body, headers=headers, extensions=dict(extensions)
+            "POST",
+            url,
+            headers=[*headers, length],
+            stream=Pieces(body),
+            extensions=dict(extensions),
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
@@ -593,11 +629,11 @@ class OpenAIChatProvider:
         finally:
             await response.aclose()
 
-    def _body(self, request: ModelRequest) -> bytes:
-        body = encode_chat_body(request, cache_markers=self._cache_markers, scan=self._outbound)
+    def _body(self, request: ModelRequest) -> list[bytes]:
+        body = encode_chat_pieces(request, cache_markers=self._cache_markers, scan=self._outbound)
         if os.environ.get("COURIER_VERIFY_LIVE_LOG") == "1":
             # Tests: the spliced body must equal a full build and encode of the request.
-            _check_body(request, body, cache_markers=self._cache_markers)
+            _check_body(request, b"".join(body), cache_markers=self._cache_markers)
         return body
 
     async def _body_chunks(self, response: httpx.Response) -> AsyncGenerator[bytes, None]:

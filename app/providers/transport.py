@@ -289,6 +289,23 @@ def body_chunks(response: httpx.Response) -> AsyncIterator[bytes]:
     return response.stream.__aiter__()
 
 
+class Pieces(httpx.AsyncByteStream):
+    """A request body as the pieces it was spliced from, sent as they are.
+
+    A long session's upstream body is mostly kept encodings (40 KB tool outputs: 2 MB by
+    turn 40); joining them into one bytes object copied all of it once more per call, and
+    httpx joins any `ByteStream` it is given again. `LeanTransport` hands the pieces to
+    one `writelines`; any other transport reads them in order (`Content-Length` is set
+    by whoever builds the request, so nothing is chunked)."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+
+
 def _chunked(body: bytes) -> bytes:
     return (b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)) if body else b"0\r\n\r\n"
 
@@ -312,7 +329,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         if (
             url.scheme not in ("http", "https")
             or request.method in ("HEAD", "CONNECT")
-            or not isinstance(body, httpx.ByteStream)
+            or not isinstance(body, httpx.ByteStream | Pieces)
         ):
             return await self._default().handle_async_request(request)
         timeout = request.extensions.get("timeout", {})
@@ -325,13 +342,14 @@ class LeanTransport(httpx.AsyncBaseTransport):
         else:
             await self._slots.acquire()  # a free slot: taken without suspending
         try:
-            return await self._exchange(request, await request.aread(), timeout)
+            content = body.pieces if isinstance(body, Pieces) else [await request.aread()]
+            return await self._exchange(request, content, timeout)
         except BaseException:
             self._slots.release()
             raise
 
     async def _exchange(
-        self, request: httpx.Request, content: bytes, timeout: dict[str, float | None]
+        self, request: httpx.Request, content: list[bytes], timeout: dict[str, float | None]
     ) -> httpx.Response:
         url = request.url
         port = url.port or (443 if url.scheme == "https" else 80)
@@ -344,8 +362,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
         head.append(b"\r\n")
         # One write for head and body: two writes cost a second syscall and, with Nagle
         # on the peer's delayed ACK, can hold the body back a round trip. `writelines`
-        # sends both in one writev without first copying a 2 MB body behind the head.
-        data = [b"".join(head), _chunked(content) if chunked else content]
+        # sends them in one writev without first copying a 2 MB body behind the head.
+        body = [_chunked(b"".join(content))] if chunked else content
+        data = [b"".join(head), *body]
         for attempt in (0, 1):
             conn = self._reuse(origin)
             fresh = conn is None

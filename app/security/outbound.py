@@ -141,6 +141,12 @@ class OutboundScan:
         """The rest of `check`: the forms a join between pieces could complete."""
         self._joined.refuse(body)
 
+    def check_joined_pieces(self, pieces: Sequence[bytes]) -> None:
+        """`check_joined` of the body `pieces` make, joined only when a form needs it (a
+        long session's body is megabytes: the transport sends the pieces as they are)."""
+        if self._joined.forms or self._joined.compiled is not None:
+            self._joined.refuse(b"".join(pieces))
+
 
 NO_SCAN = OutboundScan(())
 """For adapters built outside the server (tests, benchmarks): nothing to search for."""

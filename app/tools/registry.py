@@ -240,6 +240,15 @@ class ToolRegistry:
             self._views[allowed] = view
         return view
 
+    def with_tools(self, tools: Iterable[Tool]) -> ToolRegistry:
+        """A new view: this one's tools plus `tools` (one request's remote MCP tools),
+        which shadow a tool of the same name. Not memoised: it lives for one turn."""
+        extra = {tool.name: tool for tool in tools}
+        kept = (tool for name, tool in self._tools.items() if name not in extra)
+        view = ToolRegistry((*kept, *extra.values()), slots=self.slots)
+        view.availability = self.availability
+        return view
+
     def names(self, toolsets: Iterable[str] | None = None) -> list[str]:
         wanted = set(toolsets) if toolsets is not None else None
         return sorted(

@@ -287,3 +287,32 @@ def test_the_status_route_is_admin_only_and_shows_no_secret(mcp_server: Server) 
     route = f"{mcp_server.base_url}/v1/mcp/servers"
     assert httpx.get(route, timeout=10).status_code == 401
     assert httpx.get(route, headers=mcp_server.headers(), timeout=10).status_code == 403
+
+
+def test_mcp_calls_are_in_the_turns_route_by_server(mcp_server: Server, sim: Simulator) -> None:
+    sim.script(
+        [
+            {
+                "reply": {
+                    "tool_calls": [
+                        call("mcp__toolbox__echo", text="for the ledger"),
+                        call("mcp__time__get_current_time", timezone="Not/AZone"),
+                        call("mcp__time__get_current_time", timezone="UTC"),
+                    ]
+                }
+            },
+            {"reply": {"text": "counted"}},
+        ]
+    )
+    session = chat(mcp_server, "call three").headers["x-session-id"]
+    turns = httpx.get(
+        f"{mcp_server.base_url}/v1/sessions/{session}/turns",
+        headers=mcp_server.headers(),
+        timeout=10,
+    ).json()
+    (turn,) = turns["data"]
+    servers = turn["mcp"]["servers"]
+    assert turn["mcp"]["calls"] == 3
+    assert {name: s["calls"] for name, s in servers.items()} == {"toolbox": 1, "time": 2}
+    assert servers["toolbox"]["errors"] == 0
+    assert servers["time"]["errors"] == 1  # the zone it does not know

@@ -14,7 +14,7 @@ import gzip
 import httpx
 import pytest
 
-from app.providers.transport import LeanTransport, body_chunks, send_streaming
+from app.providers.transport import LeanTransport, Pieces, body_chunks, send_streaming
 from tests.support.lean_upstream import CHUNKED, answer, client, upstream
 
 
@@ -310,3 +310,27 @@ async def test_the_read_timeout_bounds_each_silence_not_the_whole_body() -> None
         await response.aclose()
     assert b"".join(got) == b"000102030405"
     assert waited < 5  # the silence after the last chunk, not the server's 30 s
+
+
+async def test_a_body_in_pieces_arrives_whole_through_either_transport() -> None:
+    """`Pieces` is written as it is by the lean transport and read in order by httpx's
+    own (a proxy's mount): the upstream gets the same bytes and length either way."""
+    pieces = [b'{"messages":[', b"x" * 70_000, b",", b'"y"', b"]}"]
+    whole = b"".join(pieces)
+    raw = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+    length = (b"Content-Length", b"%d" % len(whole))
+    async with upstream(answer(raw)) as up:
+        for transport in (LeanTransport(max_connections=2), httpx.AsyncHTTPTransport()):
+            async with httpx.AsyncClient(transport=transport) as http:
+                url = f"http://127.0.0.1:{up.port}/v1/chat"
+                host = (b"Host", b"127.0.0.1:%d" % up.port)
+                request = httpx.Request("POST", url, headers=[host, length], stream=Pieces(pieces))
+                resp = await send_streaming(http, request)
+                await resp.aread()
+                assert resp.text == "ok"
+    assert len(up.requests) == 2
+    for received in up.requests:
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert body == whole
+        assert f"content-length: {len(whole)}".encode() in head.lower()
+        assert b"transfer-encoding" not in head.lower()

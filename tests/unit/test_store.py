@@ -330,3 +330,32 @@ def test_the_closing_release_moves_the_transcript_head_in_the_same_statement(
     row = close("h-2", 2)
     assert row.lease == "M" and row.lease_expires_at is not None
     store.close()
+
+
+def test_a_long_append_is_one_executemany_and_returns_its_ids_in_order(store: Store) -> None:
+    from app.db.raw import count_statements
+    from app.db.store.messages import BULK_ROWS
+
+    store.create_session(session_id="s2", owner="o", profile="p", system_prompt="x")
+    for sid in ("s1", "s2"):
+        assert store.acquire_lease(session_id=sid, lease=f"L{sid}", ttl_s=60)
+    store.append_messages(
+        session_id="s2", lease="Ls2", turn_id=None, messages=[NewMessage("user", "other")]
+    )
+    statements: list[int] = []
+    count_statements(store.engine, lambda: statements.append(1))
+    rows = [NewMessage("user" if i % 2 else "assistant", f"m{i}") for i in range(10 * BULK_ROWS)]
+    ids = store.append_messages(session_id="s1", lease="Ls1", turn_id=None, messages=rows)
+    # The fence, the newest id before, one executemany, the ids after: not one per row.
+    assert len(statements) == 4, statements
+    store.append_messages(
+        session_id="s2", lease="Ls2", turn_id=None, messages=[NewMessage("user", "more")]
+    )
+    stored = store.active_messages(session_id="s1")
+    assert ids == [m.id for m in stored]
+    assert [m.content for m in stored] == [r.content for r in rows]
+    assert ids == sorted(ids)
+    short = store.append_messages(
+        session_id="s1", lease="Ls1", turn_id=None, messages=rows[: BULK_ROWS - 1]
+    )
+    assert short == [m.id for m in store.active_messages(session_id="s1")][-(BULK_ROWS - 1) :]

@@ -60,6 +60,21 @@ def extend(head: str, message: VisibleMessage) -> str:
     return hashlib.sha256(head.encode() + b"\0" + _canonical(message)).hexdigest()
 
 
+def extend_canonical(
+    head: str,
+    role: str,
+    text: str,
+    calls: Sequence[tuple[str, str, str]] = (),
+    call_id: str = "",
+) -> str:
+    """`extend` from a message's parts, with no `VisibleMessage` built: the resend scan
+    (`app/api/chat/resend.py`) chains a raw history of thousands of messages this way.
+    The bytes are `_canonical`'s (a test compares the two on fuzzed messages); a message
+    with images never comes here, their keys need the images decoded."""
+    body = [role, text, [[i, n, _arguments(a)] for i, n, a in calls], call_id, []]
+    return hashlib.sha256(head.encode() + b"\0" + orjson.dumps(body)).hexdigest()
+
+
 def chain(seed: str, messages: Sequence[VisibleMessage]) -> list[str]:
     """The rolling hash after each message: `chain(...)[i]` covers messages[0..i]."""
     out: list[str] = []

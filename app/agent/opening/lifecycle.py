@@ -46,6 +46,8 @@ from app.agent.opening.tool_snapshot import (
 )
 from app.agent.refusals import (
     ProfileGone,
+    RemoteServerUndeclared,
+    ResumeStale,
     SessionNotFound,
     SpendRefused,
     UnknownToolCall,
@@ -53,6 +55,7 @@ from app.agent.refusals import (
 from app.agent.turn_context import TurnContext
 from app.agent.turn_request import (
     IncomingMessage,
+    ResumePoint,
     TurnRequest,
     VisibleMessage,
     check_tool_choice,
@@ -76,7 +79,7 @@ from app.db.models import SessionRow
 from app.db.session_query import is_retracted
 from app.db.store import NewMessage, Store
 from app.observe.metrics import Metrics
-from app.providers.base import ToolSpec
+from app.providers.base import ToolCall, ToolSpec
 from app.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -108,6 +111,8 @@ class Placement:
     rows: list[NewMessage] | None = None
     """A new session's log rows, built once for its head (None: `_append` builds them from
     `new`). Building every row twice was a tenth of a 10,000-message import's writer time."""
+    approved: tuple[ToolCall, ...] = ()
+    """Held remote MCP calls the request approves: kept open, run first by the turn."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +225,8 @@ class SessionLifecycle:
             lease = self.turns.new_lease(session.id)
             new = req.messages[start:]
             return Placement(session, lease, new, session.transcript_head, session.transcript_len)
+        if req.resume is not None:
+            return self._resumed(req, req.resume)
         named = self._named(req) if req.chat_name else None
         if named is not None and (found := self._continuation(req, seed, within=named)):
             return found
@@ -316,6 +323,33 @@ class SessionLifecycle:
             raise
         return Placement(refreshed, lease, req.messages[start:], head, match.position)
 
+    def _resumed(self, req: TurnRequest, point: ResumePoint) -> Placement:
+        """The placement a resent history was matched to before translation, if the session
+        still stands exactly there: same key, same compactions, nothing stored past it
+        (else `ResumeStale`: the full path decides, retracting as `_continuation` does)."""
+        found = find_continuations(self.store, hashes=[point.head], session_id=point.session_id)
+        match = found[0] if found else None
+        session = self.store.get_session(session_id=point.session_id)
+        if (
+            match is None
+            or (match.position, match.last_row_id, match.compactions)
+            != (point.position, point.last_row_id, point.compactions)
+            or match.stored_len != match.position
+            or session is None
+            or session.profile not in self.profiles
+        ):
+            raise ResumeStale
+        lease = self.turns.new_lease(session.id)
+        try:
+            if last_row_id(self.store, session_id=session.id) > match.last_row_id:
+                raise ResumeStale
+            refreshed = self.store.leased_row(session_id=session.id)
+            assert refreshed is not None
+        except BaseException:
+            self.store.release_lease(session_id=session.id, lease=lease)
+            raise
+        return Placement(refreshed, lease, req.messages, point.head, point.position)
+
     def _new_session(self, req: TurnRequest, seed: str) -> Placement:
         session_id = new_session_id()
         profile = req.profile
@@ -343,7 +377,7 @@ class SessionLifecycle:
             profile=profile.name,
             system_prompt=prompt,
             tool_snapshot=snapshot,
-            client_tools=serialise_specs(req.client_tools),
+            client_tools=serialise_specs(declared_specs(req)),
             client_instructions=req.instructions,
             lease=lease,
             lease_ttl_s=LEASE_TTL_S,
@@ -362,7 +396,7 @@ class SessionLifecycle:
         if rows is None:
             rows = [row for m in place.new if (row := m.row) is not None]
         if not place.created:
-            self._close_open_calls(place)
+            self._close_open_calls(place, req)
         put_images(
             self.store, session_id=session.id, images=[i for m in place.new for i in m.images]
         )
@@ -373,18 +407,25 @@ class SessionLifecycle:
         if req.instructions and not place.created:
             self._refresh_instructions(place, req.instructions)
 
-    def _close_open_calls(self, place: Placement) -> None:
+    def _close_open_calls(self, place: Placement, req: TurnRequest) -> None:
         """Results the request brings must answer open calls; every other open call (a
         crash, a client that moved on) is closed before new messages land after it."""
         session = place.session
         # `row` builds the row each time it is read: once per message here.
         results = [(m, row) for m in place.new if m.role == "tool" and (row := m.row)]
-        answered = {row.tool_call_id for _, row in results}
+        answered: set[str | None] = {row.tool_call_id for _, row in results}
         unanswered = open_calls(self.store, session.id)
         open_ids = {cid for cid, _ in unanswered}
-        for m, row in results:
-            if row.tool_call_id not in open_ids:
-                raise UnknownToolCall(row.tool_call_id, param=m.call_param)
+        if stray := [(m, row) for m, row in results if row.tool_call_id not in open_ids]:
+            # A resent history may carry a call and its result together, past the point
+            # the stored conversation shares with it: that result answers a call too.
+            made = {c["id"] for m in place.new if m.role == "assistant" for c in _calls_of(m)}
+            for m, row in stray:
+                if row.tool_call_id not in made:
+                    raise UnknownToolCall(row.tool_call_id, param=m.call_param)
+        if req.remote.approved:
+            place.approved = self._approved_calls(place, req, open_ids)
+            answered |= {call.id for call in place.approved}
         closed = close_unanswered_calls(
             self.store,
             session_id=session.id,
@@ -396,6 +437,27 @@ class SessionLifecycle:
         )
         if closed:
             log.warning("session %s: closed %d interrupted tool call(s)", session.id, closed)
+
+    def _approved_calls(
+        self, place: Placement, req: TurnRequest, open_ids: set[str]
+    ) -> tuple[ToolCall, ...]:
+        """The held calls the request approves, as the model made them; each must be open
+        and its server declared again by this request (tools are not inherited)."""
+        made = {
+            call["id"]: call
+            for row in self.store.active_messages(session_id=place.session.id)
+            if row.role == "assistant"
+            for call in row.tool_calls
+        }
+        approved: list[ToolCall] = []
+        for call_id, param in req.remote.approved:
+            call = made.get(call_id)
+            if call_id not in open_ids or call is None:
+                raise UnknownToolCall(call_id, param=param)
+            if call["name"] not in req.remote.named:
+                raise RemoteServerUndeclared(call["name"], param=param)
+            approved.append(ToolCall(call_id, call["name"], call.get("arguments", "")))
+        return tuple(approved)
 
     def _track_visible(self, place: Placement, rows: list[NewMessage], ids: list[int]) -> None:
         """Chain the new visible messages onto the session's transcript index."""
@@ -492,7 +554,7 @@ class SessionLifecycle:
             session.tool_snapshot = snapshot
         if extra := self.tools.extra_toolsets(req.profile.name, session.owner):
             snapshot = self._follow_mcp_servers(req, place, extra)
-        client = req.client_tools
+        client = declared_specs(req)
         serialised = serialise_specs(client)
         if serialised != session.client_tools and not place.created:
             self.store.set_client_context(
@@ -556,11 +618,14 @@ class SessionLifecycle:
         specs = self._tool_specs(req, place)
         check_tool_choice(req.tool_choice, specs)
         allowed = snapshot_names(session.tool_snapshot)
+        tools = self.tools.restricted_to(allowed)
+        if req.remote.tools:
+            tools = tools.with_tools(req.remote.tools)
         return TurnContext(
             store=self.store,
             provider=self.profiles.provider(profile),
             # The snapshot is the allowlist: a hidden tool is an unknown tool to this turn.
-            tools=self.tools.restricted_to(allowed),
+            tools=tools,
             profile=profile,
             session_id=session.id,
             owner=owner,
@@ -597,7 +662,23 @@ class SessionLifecycle:
             parallel_tool_calls=req.parallel_tool_calls,
             output_format=req.output_format,
             fallbacks=self.profiles.fallback_routes(profile),
+            remote=req.remote,
+            approved=place.approved,
         )
+
+
+def _calls_of(message: IncomingMessage) -> list[dict[str, str]]:
+    row = message.row
+    return list(row.tool_calls or []) if row is not None else []
+
+
+def declared_specs(req: TurnRequest) -> tuple[ToolSpec, ...]:
+    """The tools the request itself declares: its remote MCP servers' (sorted) and the
+    client's. Both are the request's to change, and a change is one named break."""
+    if not req.remote.tools:
+        return req.client_tools
+    remote = sorted((t.spec() for t in req.remote.tools), key=lambda s: s.name)
+    return (*remote, *req.client_tools)
 
 
 def visible_row(row: NewMessage) -> VisibleMessage | None:

@@ -11,6 +11,9 @@ from app.agent.events import (
     ApprovalRequested,
     ApprovalResolved,
     ClientToolCalls,
+    RemoteMcpApproval,
+    RemoteMcpCall,
+    RemoteMcpResult,
     ToolFinished,
     ToolStarted,
     TurnError,
@@ -31,15 +34,17 @@ def encode(event: TurnEvent) -> dict[str, Any]:
         case TurnText() | TurnReasoning():
             return {"kind": event.kind, "text": event.text}
         case ToolStarted():
-            return {"kind": event.kind, "call_id": event.call_id, "name": event.name}
+            started = {"kind": event.kind, "call_id": event.call_id, "name": event.name}
+            return started | ({"source": event.source} if event.source else {})
         case ToolFinished():
-            return {
+            finished = {
                 "kind": event.kind,
                 "call_id": event.call_id,
                 "name": event.name,
                 "is_error": event.is_error,
                 "duration_ms": event.duration_ms,
             }
+            return finished | ({"source": event.source} if event.source else {})
         case ApprovalRequested():
             return {
                 "kind": event.kind,
@@ -81,8 +86,21 @@ def encode(event: TurnEvent) -> dict[str, Any]:
                 "tools_ran": event.tools_ran,
                 "routes": list(event.routes),
             }
+        case RemoteMcpCall() | RemoteMcpResult() | RemoteMcpApproval():
+            return {"kind": event.kind, **_fields(event)}
         case _:
             assert_never(event)
+
+
+def _fields(event: RemoteMcpCall | RemoteMcpResult | RemoteMcpApproval) -> dict[str, Any]:
+    return {k: getattr(event, k) for k in event.__dataclass_fields__ if k != "kind"}
+
+
+_REMOTE: dict[str, type[RemoteMcpCall | RemoteMcpResult | RemoteMcpApproval]] = {
+    "remote_mcp_call": RemoteMcpCall,
+    "remote_mcp_result": RemoteMcpResult,
+    "remote_mcp_approval": RemoteMcpApproval,
+}
 
 
 def _error_out(error: TurnError | None) -> dict[str, Any] | None:
@@ -104,9 +122,15 @@ def decode(raw: dict[str, Any]) -> TurnEvent:
     if kind == "reasoning":
         return TurnReasoning(raw["text"])
     if kind == "tool_started":
-        return ToolStarted(raw["call_id"], raw["name"])
+        return ToolStarted(raw["call_id"], raw["name"], source=raw.get("source", ""))
     if kind == "tool_finished":
-        return ToolFinished(raw["call_id"], raw["name"], raw["is_error"], raw["duration_ms"])
+        return ToolFinished(
+            raw["call_id"],
+            raw["name"],
+            raw["is_error"],
+            raw["duration_ms"],
+            source=raw.get("source", ""),
+        )
     if kind == "approval_requested":
         fields = {k: v for k, v in raw.items() if k != "kind"}
         return ApprovalRequested(**fields)
@@ -133,6 +157,8 @@ def decode(raw: dict[str, Any]) -> TurnEvent:
             tools_ran=raw["tools_ran"],
             routes=tuple(raw["routes"]),
         )
+    if (remote := _REMOTE.get(kind)) is not None:
+        return remote(**{k: v for k, v in raw.items() if k != "kind"})
     raise ValueError(f"unknown turn event kind {kind!r}")
 
 

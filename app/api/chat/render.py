@@ -96,6 +96,8 @@ def tool_event_payload(event: ToolStarted | ToolFinished) -> dict[str, Any]:
             "ok": not event.is_error,
             "duration_ms": round(event.duration_ms, 1),
         }
+    if event.source:  # an MCP tool: which server answered
+        body["source"] = event.source
     return body
 
 

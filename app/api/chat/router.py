@@ -8,17 +8,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import ValidationError
 
 from app.api.chat.busy_policy import busy_strategy, disconnect_policy, steered_response
+from app.api.chat.parse import validated
 from app.api.chat.render import ChatFrames, CompletionRenderer, json_completion
 from app.api.chat.serving import ChatServing, Steered
-from app.api.chat.wire import ChatCompletionRequest
 from app.api.http import end_users
-from app.api.http.body_limits import load_json_body, parse_off_loop
+from app.api.http.body_limits import read_json_body
 from app.api.http.deps import authenticate, holding_turn_slot, read_limited_body, state_of
 from app.api.http.direct import DirectRoute
-from app.api.http.errors import ApiError, validation_error
+from app.api.http.errors import ApiError
 from app.api.http.owned import check_binding
 from app.api.http.sse import EventSourceResponse, last_event_id, opted_in, turn_stream
 from app.api.retries import retry_of
@@ -36,14 +35,6 @@ def chat_serving(request: Request) -> ChatServing:
     return serving
 
 
-def parse_request(body: bytes) -> ChatCompletionRequest:
-    data = load_json_body(body)  # bounded: every failure is a 400 (app/api/http/body_limits.py)
-    try:
-        return ChatCompletionRequest.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error(exc) from None
-
-
 def session_header(request: Request) -> str | None:
     raw = request.headers.get("x-session-id")
     if raw is not None and not raw.strip():
@@ -59,20 +50,32 @@ async def chat_completions(request: Request) -> Response:
     state = state_of(request)
     principal = authenticate(request, state, CHAT)
     raw = await read_limited_body(request, state.settings.max_body_bytes)
-    chat = await parse_off_loop(raw, parse_request)
+    data = await read_json_body(raw)  # bounded: every failure is a 400
+    serving = chat_serving(request)
+    shortcut = None
+    if request.headers.get("x-session-id") is None:
+        shortcut = await serving.shortcut(data, principal, request.headers)
+    chat = shortcut.request if shortcut is not None else await validated(data)
     session_id = session_header(request) or chat.session_id
     check_binding(principal, session_id)
     on_behalf = end_users.on_behalf(
         request.headers, state.settings, user=chat.user, safety_identifier=chat.safety_identifier
     )
-    serving = chat_serving(request)
     profile = serving.resolve_profile(chat.model)
     strategy, on_disconnect = busy_strategy(request, profile), disconnect_policy(request, profile)
+    if strategy == "steer" and shortcut is not None:
+        # A steer's errors name the request's last message by its index: the whole one's.
+        chat, shortcut = await validated(data), None
     retry = retry_of(request, raw)
     resume_at = last_event_id(request.headers)  # refused before anything starts if malformed
     with holding_turn_slot(state, principal, end_user=on_behalf.end_user) as slot:
         started = await serving.answer(
-            chat, Asked(principal, on_behalf), session_id, retry=retry, strategy=strategy
+            chat,
+            Asked(principal, on_behalf),
+            session_id,
+            retry=retry,
+            strategy=strategy,
+            shortcut=shortcut,
         )
     if isinstance(started, Steered):
         slot.release()  # the message joined a turn that already holds its own slot

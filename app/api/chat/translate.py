@@ -25,6 +25,7 @@ from typing import Literal
 
 from app.agent.structured import schema_problem
 from app.agent.turn_request import IncomingMessage, TurnRequest, VisibleMessage
+from app.api.chat.resend import Resumed
 from app.api.chat.wire import ChatCompletionRequest, ChatMessageIn, FunctionDef, JsonSchemaFormat
 from app.api.http.end_users import OnBehalf
 from app.api.http.errors import ApiError
@@ -84,18 +85,28 @@ def turn_request(
     profile: Profile,
     on_behalf: OnBehalf,
     bound_session: str | None = None,
+    resume: Resumed | None = None,
 ) -> TurnRequest:
+    """`resume`: the request holds only the leading instructions and what follows the
+    stored prefix `resume` names (`app/api/chat/resend.py`); the messages keep the places
+    the client gave them (`messages[cut]` on), so errors name the client's own index."""
     messages = request.messages
     n = 0
     while n < len(messages) and messages[n].role in _INSTRUCTION_ROLES:
         n += 1
+    skipped = 0
+    if resume is not None:
+        n = resume.lead  # the tail may open with an instruction: a log row, not context
+        skipped = resume.cut - n
     return TurnRequest(
         owner=owner,
         admin=admin,
         session_id=session_id,
         profile=profile,
         instructions=tuple(m.text() for m in messages[:n]),
-        messages=tuple(incoming(m, f"messages[{i}]") for i, m in enumerate(messages[n:], n)),
+        messages=tuple(
+            incoming(m, f"messages[{i}]") for i, m in enumerate(messages[n:], n + skipped)
+        ),
         client_tools=tool_specs(t.function for t in request.tools or ()),
         tool_choice=tool_choice(request),
         sampling=sampling(request),
@@ -105,6 +116,7 @@ def turn_request(
         bound_session=bound_session,
         chat_name=on_behalf.chat,
         max_cost_usd=cost_cap(request.max_cost_usd),
+        resume=resume.point if resume is not None else None,
     )
 
 

@@ -21,7 +21,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from app.agent.events import TurnEvent, TurnText
+from app.agent.events import TurnEvent
 from app.agent.turns.handle import TurnHandle
 from app.api.http.errors import ApiError
 from app.api.http.sse import KEEPALIVE, ServerSentEvent
@@ -29,7 +29,6 @@ from app.api.responses.render import (
     INTERRUPTED_MESSAGE,
     EventRenderer,
     ResponseShell,
-    message_item,
 )
 from app.db import background_store as bg
 from app.db import session_query as q
@@ -67,8 +66,8 @@ class Recording:
         self.recorded = asyncio.Event()
 
     def on_event(self, event: TurnEvent) -> None:
-        if isinstance(event, TurnText):
-            self._add(self.renderer.text_delta(event.text))
+        if frames := self.renderer.add(event):
+            self._add(frames)
 
     def _add(self, frames: list[tuple[str, str]]) -> None:
         self.events.extend(frames)
@@ -98,9 +97,7 @@ class Recording:
         """The polled body of a running response: `in_progress`, with the text so far."""
         if self.final is not None:
             return self.final
-        text = "".join(self.renderer.text)
-        output = [message_item(self.shell.message_id, text, "in_progress")] if text else []
-        return self.shell.body(status="in_progress", output=output)
+        return self.shell.body(status="in_progress", output=self.renderer.output.so_far())
 
     async def follow(self, after: int, keepalive_s: float) -> AsyncIterator[bytes]:
         """The events after sequence number `after` as SSE frames, then each new one as

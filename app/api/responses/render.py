@@ -11,13 +11,24 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from app.agent.events import ToolFinished, ToolStarted, TurnEvent, TurnFinished, TurnText
+from app.agent.events import (
+    ClientToolCalls,
+    RemoteMcpApproval,
+    RemoteMcpCall,
+    RemoteMcpResult,
+    ToolFinished,
+    ToolStarted,
+    TurnEvent,
+    TurnFinished,
+    TurnText,
+)
 from app.agent.turns.handle import TurnHandle
 from app.api.chat.render import error_response, tool_event_payload
 from app.api.http.hangup import outlasted
@@ -25,6 +36,7 @@ from app.api.http.sse import ServerSentEvent
 from app.api.http.statuses import turn_error_status
 from app.api.responses.wire import ResponseCreateRequest, new_id
 from app.providers.base import ToolCall
+from app.tools.mcp.remote import approval_id
 
 
 def output_text_part(text: str) -> dict[str, Any]:
@@ -56,21 +68,6 @@ def function_call_item(call: ToolCall, status: str = "completed") -> dict[str, A
         "arguments": call.arguments if status == "completed" else "",
         "status": status,
     }
-
-
-def output_items(
-    shell_message_id: str, text: str, calls: tuple[ToolCall, ...], status: str
-) -> list[dict[str, Any]]:
-    """The message (when there is text) and then one function_call item per client call."""
-    items: list[dict[str, Any]] = []
-    if text:
-        items.append(
-            message_item(
-                shell_message_id, text, "completed" if status == "completed" else "incomplete"
-            )
-        )
-    items.extend(function_call_item(c) for c in calls)
-    return items
 
 
 ResponseStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
@@ -120,9 +117,13 @@ def response_error(finished: TurnFinished) -> dict[str, Any] | None:
 
 
 def echo_tools(request: ResponseCreateRequest) -> list[dict[str, Any]]:
-    """The request's function tools as the spec's FunctionTool (all four keys present)."""
+    """The request's tools: function tools as the spec's FunctionTool (all four keys
+    present), mcp tools as its MCPTool without headers or authorization (a credential is
+    sent to its server and nowhere else, the stored body included)."""
     return [
-        {
+        _echo_mcp(t)
+        if t.get("type") == "mcp"
+        else {
             "type": "function",
             "name": t.get("name", ""),
             "description": t.get("description"),
@@ -131,6 +132,17 @@ def echo_tools(request: ResponseCreateRequest) -> list[dict[str, Any]]:
         }
         for t in request.tools or []
     ]
+
+
+def _echo_mcp(tool: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "mcp",
+        "server_label": tool.get("server_label"),
+        "server_url": tool.get("server_url"),
+        "allowed_tools": tool.get("allowed_tools"),
+        "require_approval": tool.get("require_approval", "always"),
+        "headers": None,
+    }
 
 
 def echo_format(request: ResponseCreateRequest) -> dict[str, Any]:
@@ -151,6 +163,8 @@ class ResponseShell:
     created_at: int = field(default_factory=lambda: int(time.time()))
     message_id: str = field(default_factory=lambda: new_id("msg"))
     """The output message's id, the same in the stream and in the stored body."""
+    listings: tuple[dict[str, Any], ...] = ()
+    """The `mcp_list_tools` items this response made before its turn (remote mcp tools)."""
 
     def headers(self) -> dict[str, str]:
         """The answer's headers: the session (when stored), and the fields it ignored,
@@ -212,26 +226,234 @@ class ResponseShell:
         return body
 
 
+Frame = tuple[str, dict[str, Any]]
+"""A stream event's type and fields, before it is numbered."""
+
+
+class OutputItems:
+    """A response's output items, folded from its turn's events in order. The same fold
+    makes the stream's item events and the stored body's `output`, so the two cannot
+    disagree: the listings first, then messages, `mcp_call` items, approval requests and
+    client function calls as they happened. Text after another item opens a new message."""
+
+    def __init__(self, message_id: str, listings: Sequence[dict[str, Any]] = ()) -> None:
+        self.message_id = message_id
+        self.listings = listings
+        self.items: list[dict[str, Any]] = []
+        self._text: list[str] | None = None
+        """The open message's text; None when no message is open."""
+        self._calls: dict[str, int] = {}
+        self._messages = 0
+
+    def head(self) -> list[Frame]:
+        """The remote servers' listings, made before the turn began."""
+        frames: list[Frame] = []
+        for listing in self.listings:
+            index, item = self._append(dict(listing))
+            where = {"item_id": item["id"], "output_index": index}
+            ended = "failed" if item.get("error") else "completed"
+            frames += [
+                (
+                    "response.output_item.added",
+                    {"output_index": index, "item": {**item, "tools": []}},
+                ),
+                ("response.mcp_list_tools.in_progress", where),
+                (f"response.mcp_list_tools.{ended}", where),
+                ("response.output_item.done", {"output_index": index, "item": item}),
+            ]
+        return frames
+
+    def add(self, event: TurnEvent) -> list[Frame]:
+        match event:
+            case TurnText():
+                return self._text_delta(event.text)
+            case RemoteMcpCall():
+                return self._mcp_call(event)
+            case RemoteMcpResult():
+                return self._mcp_result(event)
+            case RemoteMcpApproval():
+                item = {
+                    "id": approval_id(event.call_id),
+                    "type": "mcp_approval_request",
+                    "server_label": event.server_label,
+                    "name": event.name,
+                    "arguments": event.arguments,
+                }
+                frames = self._close_text("completed")
+                index, item = self._append(item)
+                return [
+                    *frames,
+                    ("response.output_item.added", {"output_index": index, "item": item}),
+                    ("response.output_item.done", {"output_index": index, "item": item}),
+                ]
+            case ClientToolCalls():
+                frames = self._close_text("completed")
+                for call in event.calls:
+                    frames += self._function_call(call)
+                return frames
+            case _:
+                return []
+
+    def close(self, status: ResponseStatus) -> list[Frame]:
+        """The open message closed with the response's status; a call cut off unfinished
+        is `incomplete`."""
+        for index in self._calls.values():
+            if self.items[index]["status"] == "in_progress":
+                self.items[index]["status"] = "incomplete"
+        return self._close_text("completed" if status == "completed" else "incomplete")
+
+    def so_far(self) -> list[dict[str, Any]]:
+        """The items as they stand mid-turn (a polled background response): the open
+        message with its text so far."""
+        items = [dict(item) for item in self.items]
+        if self._text is not None:
+            last = items[-1]
+            items[-1] = message_item(last["id"], "".join(self._text), "in_progress")
+        return items
+
+    def _append(self, item: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        self.items.append(item)
+        return len(self.items) - 1, item
+
+    def _text_delta(self, text: str) -> list[Frame]:
+        frames: list[Frame] = []
+        if self._text is None:
+            self._text = []
+            item_id = (
+                self.message_id if not self._messages else f"{self.message_id}_{self._messages}"
+            )
+            self._messages += 1
+            index, _ = self._append(message_item(item_id, None, "in_progress"))
+            frames += [
+                ("response.output_item.added", {"output_index": index, "item": self.items[index]}),
+                (
+                    "response.content_part.added",
+                    {**self._where(), "content_index": 0, "part": output_text_part("")},
+                ),
+            ]
+        self._text.append(text)
+        delta = {**self._where(), "content_index": 0, "delta": text, "logprobs": []}
+        frames.append(("response.output_text.delta", delta))
+        return frames
+
+    def _where(self) -> dict[str, Any]:
+        index = len(self.items) - 1
+        return {"item_id": self.items[index]["id"], "output_index": index}
+
+    def _close_text(self, status: str) -> list[Frame]:
+        if self._text is None:
+            return []
+        text = "".join(self._text)
+        self._text = None
+        where = self._where()
+        index = where["output_index"]
+        item = message_item(where["item_id"], text, status)
+        self.items[index] = item
+        return [
+            (
+                "response.output_text.done",
+                {**where, "content_index": 0, "text": text, "logprobs": []},
+            ),
+            (
+                "response.content_part.done",
+                {**where, "content_index": 0, "part": output_text_part(text)},
+            ),
+            ("response.output_item.done", {"output_index": index, "item": item}),
+        ]
+
+    def _mcp_call(self, event: RemoteMcpCall) -> list[Frame]:
+        frames = self._close_text("completed")
+        item: dict[str, Any] = {
+            "id": "mcp_" + event.call_id,
+            "type": "mcp_call",
+            "server_label": event.server_label,
+            "name": event.name,
+            "arguments": "",
+            "output": None,
+            "error": None,
+            "status": "in_progress",
+            "approval_request_id": event.approval_request_id,
+        }
+        index, _ = self._append(item)
+        self._calls[event.call_id] = index
+        where = {"item_id": item["id"], "output_index": index}
+        frames += [
+            ("response.output_item.added", {"output_index": index, "item": dict(item)}),
+            ("response.mcp_call_arguments.delta", {**where, "delta": event.arguments}),
+            ("response.mcp_call_arguments.done", {**where, "arguments": event.arguments}),
+            ("response.mcp_call.in_progress", where),
+        ]
+        item["arguments"] = event.arguments
+        return frames
+
+    def _mcp_result(self, event: RemoteMcpResult) -> list[Frame]:
+        index = self._calls.get(event.call_id)
+        if index is None:
+            return []
+        item = self.items[index]
+        failed = event.error is not None
+        item |= {
+            "output": event.output,
+            "error": json.loads(event.error) if event.error is not None else None,
+            "status": "failed" if failed else "completed",
+        }
+        where = {"item_id": item["id"], "output_index": index}
+        return [
+            (f"response.mcp_call.{'failed' if failed else 'completed'}", where),
+            ("response.output_item.done", {"output_index": index, "item": dict(item)}),
+        ]
+
+    def _function_call(self, call: ToolCall) -> list[Frame]:
+        item = function_call_item(call)
+        index, _ = self._append(item)
+        where = {"item_id": item["id"], "output_index": index}
+        return [
+            (
+                "response.output_item.added",
+                {"output_index": index, "item": {**item, "arguments": "", "status": "in_progress"}},
+            ),
+            ("response.function_call_arguments.delta", {**where, "delta": call.arguments}),
+            (
+                "response.function_call_arguments.done",
+                {**where, "name": call.name, "arguments": call.arguments},
+            ),
+            ("response.output_item.done", {"output_index": index, "item": item}),
+        ]
+
+
+def output_of(
+    shell: ResponseShell, events: Iterable[TurnEvent], status: ResponseStatus
+) -> list[dict[str, Any]]:
+    """The stored body's `output`: the stream's fold, run over the turn's whole history."""
+    items = OutputItems(shell.message_id, shell.listings)
+    items.head()
+    for event in events:
+        items.add(event)
+    items.close(status)
+    return items.items
+
+
 class EventRenderer:
     """Turn events as Responses stream events, numbered from 0 in emission order."""
 
     def __init__(self, shell: ResponseShell) -> None:
         self.shell = shell
         self.seq = 0
-        self.message_id = shell.message_id
-        self.text: list[str] = []
-        self.opened = False
+        self.output = OutputItems(shell.message_id, shell.listings)
 
     def _event(self, kind: str, **fields: Any) -> tuple[str, str]:
         payload = {"type": kind, "sequence_number": self.seq, **fields}
         self.seq += 1
         return kind, json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 
+    def _events(self, frames: list[Frame]) -> list[tuple[str, str]]:
+        return [self._event(kind, **fields) for kind, fields in frames]
+
     def start(self) -> list[tuple[str, str]]:
         if self.shell.request.background:
             # OpenAI's order for a background response: created and queued, then running.
             queued = self.shell.body(status="queued", output=[])
-            return [
+            frames = [
                 self._event("response.created", response=queued),
                 self._event("response.queued", response=queued),
                 self._event(
@@ -239,101 +461,20 @@ class EventRenderer:
                     response=self.shell.body(status="in_progress", output=[]),
                 ),
             ]
-        shell = self.shell.body(status="in_progress", output=[])
-        return [
-            self._event("response.created", response=shell),
-            self._event("response.in_progress", response=shell),
-        ]
+        else:
+            shell = self.shell.body(status="in_progress", output=[])
+            frames = [
+                self._event("response.created", response=shell),
+                self._event("response.in_progress", response=shell),
+            ]
+        return [*frames, *self._events(self.output.head())]
 
-    def text_delta(self, text: str) -> list[tuple[str, str]]:
-        frames: list[tuple[str, str]] = []
-        if not self.opened:
-            self.opened = True
-            frames.append(
-                self._event(
-                    "response.output_item.added",
-                    output_index=0,
-                    item=message_item(self.message_id, None, "in_progress"),
-                )
-            )
-            frames.append(
-                self._event(
-                    "response.content_part.added",
-                    item_id=self.message_id,
-                    output_index=0,
-                    content_index=0,
-                    part=output_text_part(""),
-                )
-            )
-        self.text.append(text)
-        frames.append(
-            self._event(
-                "response.output_text.delta",
-                item_id=self.message_id,
-                output_index=0,
-                content_index=0,
-                delta=text,
-                logprobs=[],
-            )
-        )
-        return frames
+    def add(self, event: TurnEvent) -> list[tuple[str, str]]:
+        return self._events(self.output.add(event))
 
     def finish(self, final: dict[str, Any]) -> list[tuple[str, str]]:
-        """Close the open message, stream each client function call, then the terminal
-        event carrying the final body."""
-        frames: list[tuple[str, str]] = []
-        output: list[dict[str, Any]] = final["output"]
-        if self.opened:
-            text = "".join(self.text)
-            frames.append(
-                self._event(
-                    "response.output_text.done",
-                    item_id=self.message_id,
-                    output_index=0,
-                    content_index=0,
-                    text=text,
-                    logprobs=[],
-                )
-            )
-            frames.append(
-                self._event(
-                    "response.content_part.done",
-                    item_id=self.message_id,
-                    output_index=0,
-                    content_index=0,
-                    part=output_text_part(text),
-                )
-            )
-            item = output[0] if output and output[0]["type"] == "message" else None
-            item = item or message_item(self.message_id, text, "completed")
-            frames.append(self._event("response.output_item.done", output_index=0, item=item))
-        calls = [i for i in output if i["type"] == "function_call"]
-        for index, item in enumerate(calls, start=1 if self.opened else 0):
-            frames.append(
-                self._event(
-                    "response.output_item.added",
-                    output_index=index,
-                    item={**item, "arguments": "", "status": "in_progress"},
-                )
-            )
-            frames.append(
-                self._event(
-                    "response.function_call_arguments.delta",
-                    item_id=item["id"],
-                    output_index=index,
-                    delta=item["arguments"],
-                )
-            )
-            frames.append(
-                self._event(
-                    "response.function_call_arguments.done",
-                    item_id=item["id"],
-                    output_index=index,
-                    name=item["name"],
-                    arguments=item["arguments"],
-                )
-            )
-            frames.append(self._event("response.output_item.done", output_index=index, item=item))
+        """Close the open message, then the terminal event carrying the final body."""
+        frames = self._events(self.output.close(final["status"]))
         terminal = {
             "completed": "response.completed",
             "incomplete": "response.incomplete",
@@ -366,8 +507,8 @@ class ResponseFrames:
         self.head = _encoded(self.renderer.start())
 
     def frames(self, event: TurnEvent) -> bytes:
-        if isinstance(event, TurnText):
-            return _encoded(self.renderer.text_delta(event.text))
+        if items := self.renderer.add(event):
+            return _encoded(items)
         if self.tool_events and isinstance(event, ToolStarted | ToolFinished):
             payload = json.dumps(tool_event_payload(event), separators=(",", ":"))
             return ServerSentEvent(event="courier.tool", data=payload).encode()

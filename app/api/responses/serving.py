@@ -14,8 +14,9 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
+from functools import partial
 
-from app.agent.events import ClientToolCalls, TurnFinished, TurnText
+from app.agent.events import TurnFinished
 from app.agent.turns.handle import TurnHandle
 from app.agent.turns.manager import IDEMPOTENCY_TTL_S, RETRY_WINDOW_S, SessionBusy
 from app.api.chat.render import usage_out
@@ -23,10 +24,11 @@ from app.api.http.errors import ApiError
 from app.api.http.owned import visible_response
 from app.api.responses.background import BackgroundRuns
 from app.api.responses.background import Recording as BackgroundRecording
+from app.api.responses.remote_mcp import RemoteMcp
 from app.api.responses.render import (
     Recording,
     ResponseShell,
-    output_items,
+    output_of,
     response_error,
     response_usage,
     status_of,
@@ -38,7 +40,6 @@ from app.api.sessions.service import SessionService
 from app.api.turn_serving import Asked, TurnServing
 from app.db import session_query as q
 from app.db.session_models import ResponseRow
-from app.providers.base import ToolCall
 from app.providers.pricing import Cost
 from app.providers.usage import Usage
 from app.security.principal import Principal
@@ -68,9 +69,11 @@ class ResponsesServing:
         turn_serving: TurnServing,
         sessions: SessionService,
         background: BackgroundRuns | None = None,
+        remote_mcp: RemoteMcp | None = None,
     ) -> None:
         self.turn_serving = turn_serving
         self.sessions = sessions
+        self.remote_mcp = remote_mcp or RemoteMcp()
         self.store = turn_serving.store
         self.background = background
         """The running background responses; None when `COURIER_BACKGROUND` is off."""
@@ -83,18 +86,20 @@ class ResponsesServing:
     ) -> ResponseRun:
         translated = translate(request)  # every 400 before a session is forked
         background = self._background_runs(request)
+        await self.remote_mcp.check_urls(translated)
         if ignored := request.ignored_fields():
             log.info("responses: ignoring unsupported request fields: %s", ", ".join(ignored))
         session_id = self._continued_session(request, asked)
+        remote, listings = await self.remote_mcp.prepare(translated, self.store, request)
+        # Every shell of this response repeats its listings (remote mcp tools).
+        new_shell = partial(ResponseShell, model=request.model, request=request, listings=listings)
         first = q.max_message_id(self.store, session_id=session_id) + 1 if session_id else 0
         opened: list[BackgroundRecording] = []
 
         def open_background(handle: TurnHandle, session_id: str) -> None:
             """In the turn's opening unit: the client hears the id only once it is stored."""
             assert background is not None
-            shell = ResponseShell(
-                id=new_id("resp"), model=request.model, request=request, session_id=session_id
-            )
+            shell = new_shell(id=new_id("resp"), session_id=session_id)
             recording = BackgroundRecording(shell, handle, owner=asked.principal.owner)
             row = self._row(
                 shell, asked.principal, items=translated.items, first=first, turn=handle.turn_id
@@ -107,7 +112,7 @@ class ResponsesServing:
             retry,
             model=request.model,
             translate=lambda profile: translated.turn_request(
-                asked, session_id=session_id, profile=profile
+                asked, session_id=session_id, profile=profile, remote=remote
             ),
             on_open=open_background if background is not None else None,
         )
@@ -124,12 +129,7 @@ class ResponsesServing:
         shell = (
             recording.shell
             if recording is not None
-            else ResponseShell(
-                id=new_id("resp"),
-                model=request.model,
-                request=request,
-                session_id=started.session_id,
-            )
+            else new_shell(id=new_id("resp"), session_id=started.session_id)
         )
         if background is not None and recording is not None:
             background.attach(recording)
@@ -256,15 +256,8 @@ class ResponsesServing:
             cost=Cost.zero(),
             upstream_calls=0,
         )
-        text: list[str] = []
-        calls: tuple[ToolCall, ...] = ()
-        for event in handle.history():
-            if isinstance(event, TurnText):
-                text.append(event.text)
-            elif isinstance(event, ClientToolCalls):
-                calls = event.calls
         status = status_of(finished)
-        output = output_items(shell.message_id, "".join(text), calls, status)
+        output = output_of(shell, handle.history(), status)
         courier = usage_out(finished).courier.model_dump(mode="json")
         final = shell.body(
             status=status,

@@ -15,6 +15,9 @@ from app.agent.events import (
     ApprovalRequested,
     ApprovalResolved,
     ClientToolCalls,
+    RemoteMcpApproval,
+    RemoteMcpCall,
+    RemoteMcpResult,
     ToolFinished,
     ToolStarted,
     TurnEvent,
@@ -53,6 +56,15 @@ def event_payload(seq: int, turn_id: str, event: TurnEvent) -> dict[str, Any]:
                 "usage": usage_out(event).model_dump(),
                 "error": error_payload(event.error)["error"] if event.error else None,
             }
+        case RemoteMcpCall() | RemoteMcpApproval():
+            body |= {
+                "type": event.kind,
+                "call_id": event.call_id,
+                "server_label": event.server_label,
+                "name": event.name,
+            }
+        case RemoteMcpResult():
+            body |= {"type": event.kind, "call_id": event.call_id, "is_error": bool(event.error)}
         case _:
             assert_never(event)
     return body

@@ -2,9 +2,10 @@
 
 `POST /v1/sessions/{id}/stop` ends the running turn (visible text kept, open tool calls
 closed); `GET /v1/sessions/{id}/turns` lists every turn with its exit reason, upstream
-calls, usage and cost; `GET /v1/sessions/{id}/events?after=N` (or with `Last-Event-ID: N`,
-as an EventSource reconnects) replays the newest turn's events after sequence number N and
-follows it live, so a client that dropped loses nothing.
+calls, usage, cost and MCP calls (per server: calls, time, errors);
+`GET /v1/sessions/{id}/events?after=N` (or with `Last-Event-ID: N`, as an EventSource
+reconnects) replays the newest turn's events after sequence number N and follows it
+live, so a client that dropped loses nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from app.api.http.owned import ChatSession
 from app.api.http.sse import EventPosition, EventSourceResponse, last_event_id, turn_stream
 from app.api.sessions.events import ReplayFrames
 from app.api.state import AppState
+from app.db.mcp_store import turn_totals
 from app.db.turn_store import TurnSummary, session_turns
 
 router = APIRouter()
@@ -55,7 +57,10 @@ async def stop_turn(session: ChatSession, state: StateDep) -> dict[str, Any]:
     }
 
 
-def _turn_out(turn: TurnSummary, running: set[str]) -> dict[str, Any]:
+NO_MCP: dict[str, Any] = {"calls": 0, "time_ms": 0.0, "servers": {}}
+
+
+def _turn_out(turn: TurnSummary, running: set[str], mcp: dict[str, Any] = NO_MCP) -> dict[str, Any]:
     prompt = turn.input_tokens + turn.cache_read_tokens + turn.cache_write_tokens
     return {
         "id": turn.id,
@@ -79,6 +84,7 @@ def _turn_out(turn: TurnSummary, running: set[str]) -> dict[str, Any]:
         "cost_usd": turn.cost_usd,
         "known_cost_usd": str(turn.known_cost),
         "unpriced_calls": turn.unpriced_calls,
+        "mcp": mcp,
     }
 
 
@@ -93,10 +99,11 @@ async def list_turns(
         state.store.engine, session_id=session.id, limit=limit, offset=offset
     )
     running = set(state.turns.running)
+    mcp = turn_totals(state.store, session_id=session.id, turn_ids=[t.id for t in turns])
     return {
         "object": "list",
         "session_id": session.id,
-        "data": [_turn_out(t, running) for t in turns],
+        "data": [_turn_out(t, running, mcp.get(t.id, NO_MCP)) for t in turns],
         "total": total,
         "limit": limit,
         "offset": offset,

@@ -19,6 +19,7 @@ from app.tools.mcp.names import (
     model_names,
     parameters,
 )
+from app.tools.mcp.outcome import McpOutcome
 from app.tools.registry import Approval, Tool, ToolContext, ToolHandler, ToolOutcome
 
 
@@ -71,7 +72,7 @@ def server_tools(conn: McpConnection) -> tuple[list[Tool], list[LeftOut]]:
 
 def _handler(conn: McpConnection, raw: str) -> ToolHandler:
     async def call(args: dict[str, Any], _ctx: ToolContext) -> ToolOutcome:
-        outcome, _kind = await conn.call(raw, args)
-        return outcome
+        outcome, kind = await conn.call(raw, args)
+        return McpOutcome(outcome.content, outcome.is_error, kind, conn.name, raw)
 
     return call

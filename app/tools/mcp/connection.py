@@ -248,14 +248,7 @@ class McpConnection:
         self._wake.set()
 
     async def _relist(self, client: Client) -> None:
-        tools: list[Tool] = []
-        cursor: str | None = None
-        for _ in range(MAX_PAGES):
-            page = await client.list_tools(cursor=cursor)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
+        tools = await list_pages(client)
         self._last_list = time.monotonic()
         self.listing = tuple(tools)
         self.on_listing(self)
@@ -367,6 +360,20 @@ class McpConnection:
     def _count(self, outcome: ToolOutcome, kind: Outcome) -> tuple[ToolOutcome, Outcome]:
         self.health.calls[kind] = self.health.calls.get(kind, 0) + 1
         return outcome, kind
+
+
+async def list_pages(client: Client) -> list[Tool]:
+    """Every page of the server's `tools/list`, up to MAX_PAGES (a server that pages
+    forever must not hold its caller)."""
+    tools: list[Tool] = []
+    cursor: str | None = None
+    for _ in range(MAX_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return tools
 
 
 def why_down(exc: BaseException) -> str:

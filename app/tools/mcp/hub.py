@@ -19,12 +19,16 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
+from mcp_types import Tool as McpTool
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from app.config import Settings
+from app.db.mcp_store import save_listing, stored_listings
+from app.db.store import Store
 from app.tools.mcp.adapter import server_tools, toolset
 from app.tools.mcp.config import McpFile, key_allowlists
 from app.tools.mcp.connection import McpConnection, Timeouts
@@ -38,8 +42,18 @@ MAX_PORTIONS = 4096
 
 
 class McpHub:
-    def __init__(self, mcp: McpFile, *, settings: Settings, registry: ToolRegistry) -> None:
+    def __init__(
+        self,
+        mcp: McpFile,
+        *,
+        settings: Settings,
+        registry: ToolRegistry,
+        store: Store | None = None,
+    ) -> None:
         self.registry = registry
+        self.store = store
+        self.listing_from: dict[str, str] = {}
+        """`persisted` while a server's tools are the stored listing, `live` once it answered."""
         default = settings.default_profile()
         timeouts = Timeouts(
             connect_s=settings.mcp_connect_timeout_s, call_s=settings.mcp_call_timeout_s
@@ -85,15 +99,50 @@ class McpHub:
         return found
 
     def start(self) -> None:
+        self._offer_stored()
         for conn in self.connections.values():
             conn.start()
+
+    def _offer_stored(self) -> None:
+        """The listings kept from the last run, offered before any server answers: a
+        restart is then no change to any session's tools (app/db/mcp_store.py)."""
+        if self.store is None:
+            return
+        stored = stored_listings(self.store)
+        for name, conn in self.connections.items():
+            digest, tools = stored.get(name, ("", "[]"))
+            if digest != conn.config.digest:
+                continue  # another command or URL: another server's tools
+            try:
+                conn.listing = tuple(McpTool.model_validate(t) for t in json.loads(tools))
+            except ValueError:
+                log.warning("mcp %s: its stored listing is unreadable; waiting for it", name)
+                continue
+            self._take(conn, live=False)
+
+    def _listed(self, conn: McpConnection) -> None:
+        self._take(conn, live=True)
+
+    def _save(self, conn: McpConnection) -> None:
+        if self.store is None or conn.listing is None:
+            return
+        tools = json.dumps(
+            [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in conn.listing]
+        )
+        saved = self.store.commit_off_loop(
+            partial(
+                save_listing, self.store, server=conn.name, digest=conn.config.digest, tools=tools
+            )
+        )
+        saved.add_done_callback(partial(_log_failed_save, conn.name))
 
     async def aclose(self) -> None:
         await asyncio.gather(*(conn.aclose() for conn in self.connections.values()))
 
-    def _listed(self, conn: McpConnection) -> None:
+    def _take(self, conn: McpConnection, *, live: bool) -> None:
         tools, left_out = server_tools(conn)
         self.left_out[conn.name] = left_out
+        self.listing_from[conn.name] = "live" if live else "persisted"
         digest = _digest(tools)
         if self._digests.get(conn.name) == digest:
             return  # a relist that found nothing new is no change and no cache break
@@ -107,6 +156,8 @@ class McpHub:
             log.info("mcp %s: its tools changed (%d tools)", conn.name, len(tools))
         self._digests[conn.name] = digest
         self.tools[conn.name] = tools
+        if live:
+            self._save(conn)
 
     def status(self) -> list[dict[str, Any]]:
         """Each server as the admin route shows it: names only, never env or header values."""
@@ -130,6 +181,7 @@ class McpHub:
                 for t in self.tools.get(conn.name, [])
             ],
             "left_out": [asdict(item) for item in self.left_out.get(conn.name, [])],
+            "listing_from": self.listing_from.get(conn.name),
         }
 
 
@@ -161,6 +213,12 @@ class McpCollector(Collector):
             reconnects.add_metric([name], health.reconnects)
             changes.add_metric([name], health.list_changes)
         yield from (calls, up, reconnects, changes)
+
+
+def _log_failed_save(server: str, saved: asyncio.Future[None]) -> None:
+    if not saved.cancelled() and (exc := saved.exception()) is not None:
+        # The live listing is offered all the same; only the next restart lacks it.
+        log.warning("mcp %s: its listing was not stored: %s", server, exc)
 
 
 def _digest(tools: list[Tool]) -> str:

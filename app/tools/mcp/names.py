@@ -38,6 +38,12 @@ def server_of(name: str) -> str:
     return name[len(PREFIX) :].partition("__")[0]
 
 
+def tool_of(name: str) -> str:
+    """The tool part of a model-facing MCP name (its raw name unless it was cut or
+    sanitised)."""
+    return name[len(PREFIX) :].partition("__")[2] if is_mcp_name(name) else ""
+
+
 def _suffix(raw: str) -> str:
     return "_" + hashlib.sha256(raw.encode()).hexdigest()[:6]
 

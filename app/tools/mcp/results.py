@@ -25,13 +25,20 @@ from mcp.types import (
     TextResourceContents,
 )
 
+from app.tools.mcp.remote import RESULT_KIND
 from app.tools.registry import ToolOutcome
 from app.tools.untrusted import fence
 
-KIND = "MCP RESULT"
+KIND = RESULT_KIND
 
 
 def to_outcome(result: CallToolResult, *, server: str, tool: str) -> ToolOutcome:
+    text = result_text(result)
+    return ToolOutcome(fence(text, f"{server}/{tool}", kind=KIND), is_error=bool(result.is_error))
+
+
+def result_text(result: CallToolResult) -> str:
+    """The result's content as one text, unfenced (`error: ...` when the server says so)."""
     parts = [_part(block) for block in result.content]
     texts = [p for p in parts if p]
     has_text = any(isinstance(block, TextContent) for block in result.content)
@@ -39,9 +46,7 @@ def to_outcome(result: CallToolResult, *, server: str, tool: str) -> ToolOutcome
     if not has_text and result.structured_content is not None:
         texts.insert(0, _compact(result.structured_content))
     text = "\n\n".join(texts) or "(the tool returned no content)"
-    if result.is_error:
-        text = f"error: {text}"
-    return ToolOutcome(fence(text, f"{server}/{tool}", kind=KIND), is_error=bool(result.is_error))
+    return f"error: {text}" if result.is_error else text
 
 
 def _part(block: object) -> str:
