@@ -24,7 +24,7 @@ from app.agent.loop import run_turn
 from app.config import PriceOverrideConfig
 from app.db.store import Store
 from app.providers.base import ModelRequest, SystemBlock, UserMessage
-from app.providers.pricing import Cost, PriceOverride
+from app.providers.pricing import Cost, PriceOverride, price_usage
 from app.providers.usage import Usage
 from tests.support.agent import Agent, agent_settings
 from tests.support.scripted import Scripted, calls, reply
@@ -163,3 +163,15 @@ async def test_a_hard_cap_stops_the_run_before_the_call_that_would_pass_it(
     assert len(capped.requests) == 1  # the second call was never sent
     assert capped.requests[0].sampling.max_tokens == 300
     assert lookups.calls == ["box", "box"]
+
+
+def test_a_model_without_a_cache_write_rate_is_priced_by_its_fresh_input() -> None:
+    """OpenAI's models have no cache write rate (caching there is automatic and unbilled as
+    writes): the bound must still be known, or no OpenAI model could run under a hard cap."""
+    cost = call_cost(CallBound(1000, 100), model="gpt-4o-mini", provider="openai", override=None)
+    fresh = price_usage(
+        Usage(input_tokens=1000, output_tokens=100), model="gpt-4o-mini", provider="openai"
+    )
+    assert fresh.amount is not None and cost == fresh.amount
+    writes_only = dataclasses.replace(ONE_PER_MTOK, input_per_mtok=None)
+    assert call_cost(CallBound(1000, 0), model="m", provider=None, override=writes_only) is None

@@ -60,16 +60,19 @@ def call_cost(
     bound: CallBound, *, model: str, provider: str | None, override: PriceOverride | None
 ) -> Decimal | None:
     """The bound priced by the ledger's own pricer, the prompt taken as fresh input and as
-    cache writes (whichever costs more); None when the model's price is unknown."""
-    costs = [
+    cache writes (whichever costs more); None when the fresh-input price is unknown. A
+    model with no cache write rate (OpenAI's: caching there bills no writes) is priced by
+    its fresh input alone: counting it unknown would refuse every such model a hard cap."""
+    fresh, writes = (
         price_usage(usage, model=model, provider=provider, override=override).amount
         for usage in (
             Usage(input_tokens=bound.prompt_tokens, output_tokens=bound.output_tokens),
             Usage(cache_write_tokens=bound.prompt_tokens, output_tokens=bound.output_tokens),
         )
-    ]
-    known = [c for c in costs if c is not None]
-    return max(known) if len(known) == len(costs) else None
+    )
+    if fresh is None:
+        return None
+    return fresh if writes is None else max(fresh, writes)
 
 
 def affordable_output(
