@@ -61,10 +61,15 @@ class Schedule:
         return CronSim(self.expr, _at(0)).explain()
 
 
+def expand(expr: str) -> str:
+    """`expr` with an alias replaced by its five fields."""
+    return ALIASES.get(expr.strip().lower(), expr.strip())
+
+
 def parse(expr: str, *, min_interval_s: int, now: int) -> Schedule:
     """`expr` as a Schedule, or `ScheduleError`: not cron, never fires, or fires more often
     than every `min_interval_s` (the smallest gap among its next 20 ticks)."""
-    fields = ALIASES.get(expr.strip().lower(), expr.strip())
+    fields = expand(expr)
     try:
         ticks = [int(t.timestamp()) for t in itertools.islice(CronSim(fields, _at(now)), 21)]
     except CronSimError as exc:
