@@ -11,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck test-all test-unit test-e2e test-tools clean clean-images lock soak soak-kill node-deps browser-deps image-test browser-test
+.PHONY: install demo test lint typecheck test-all test-unit test-e2e test-tools clean clean-images lock soak soak-kill node-deps browser-deps image-test browser-test pg-deps test-pg
 
 # The terminal tool runs commands under bubblewrap: without `bwrap` the tool is not offered
 # and its sandbox tests fail, so a fresh Debian machine gets it here. A no-op once present.
@@ -51,7 +51,7 @@ typecheck: install
 # Two tiers (tests/README.md): tests/unit runs in-process, with no server, simulator,
 # browser, container or subprocess (its conftest refuses one), in under 2 minutes;
 # tests/e2e runs the real servers, clients, browser, container and processes.
-test-unit: install
+test-unit: install pg-deps
 	$(BIN)/python -m pytest -q tests/unit
 
 test-e2e: install node-deps browser-deps test-tools
@@ -59,8 +59,31 @@ test-e2e: install node-deps browser-deps test-tools
 
 # Both tiers in one pytest run, the fast one first: one collection and one simulator
 # process, where two runs would pay each twice.
-test-all: install node-deps browser-deps test-tools
-	$(BIN)/python -m pytest -q tests/unit tests/e2e
+test-all: install node-deps browser-deps test-tools pg-deps
+	COURIER_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest -q tests/unit tests/e2e
+
+# The store's tests on PostgreSQL run against a throwaway cluster of Debian's own server
+# (tests/support/postgres.py: initdb in /tmp, a loopback port, removed afterwards). Installed
+# here when missing, as root with apt; the package's own `main` cluster is not used, and
+# policy-rc.d (exit 101, only while installing, only if the machine has none) keeps apt from
+# starting it in a container without an init system. Without it those tests skip, except
+# under `make test`, where COURIER_REQUIRE_POSTGRES=1 makes them fail.
+pg-deps:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing postgresql for the store's tests on PostgreSQL"; \
+	    policy=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+	      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && \
+	      chmod 755 /usr/sbin/policy-rc.d && policy=1; fi; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends postgresql >/dev/null; }; rc=$$?; \
+	    [ -z "$$policy" ] || rm -f /usr/sbin/policy-rc.d; \
+	    [ $$rc -eq 0 ] || echo "apt-get could not install postgresql: the store's PostgreSQL tests will skip"; \
+	  else echo "no PostgreSQL server (apt-get install postgresql): the store's PostgreSQL tests will skip"; fi; }
+
+# The tests that run on PostgreSQL alone.
+test-pg: install pg-deps
+	COURIER_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest -q tests -k postgres
 
 # tests/e2e/test_ports.py stands up, in a network namespace of its own, the DNAT rule podman writes
 # for a published port: iptables and ip (iproute2); tests/e2e/test_deploy_files.py checks the

@@ -16,12 +16,13 @@ if TYPE_CHECKING:
     from app.config import Settings
 
 
-def _serve(_args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace) -> int:
     from app.config import ConfigError, load_settings
     from app.db.instance import DataDirBusy, DataDirLock
 
     try:
-        settings = load_settings()
+        # --no-migrate wins over COURIER_MIGRATE_ON_START, for the lifespan's store too.
+        settings = load_settings(**({"migrate_on_start": False} if args.no_migrate else {}))
     except ConfigError as exc:
         print(f"courier: {exc}", file=sys.stderr)
         return 2
@@ -47,6 +48,10 @@ def _serve(_args: argparse.Namespace) -> int:
         print(f"courier: {exc}", file=sys.stderr)
         return 2
     logs.configure(settings.log_level, settings.log_format)
+    if problem := _schema_problem(settings):
+        print(f"courier: {problem}", file=sys.stderr)
+        lock.release()
+        return 2
     raise_open_files(needed_for(settings.max_concurrent_turns))
     # httpx logs every upstream request at INFO: a formatted line per call on the event
     # loop that the per-turn line (`courier.turn`) already covers.
@@ -71,6 +76,84 @@ def _start_problem(settings: Settings) -> str | None:
     except ConfigError as exc:
         return str(exc)
     return None
+
+
+def _schema_problem(settings: Settings) -> str | None:
+    """Bring the database schema to this version (or, told not to, check it is there)
+    before serving: a refusal here is one line and exit 2, not a traceback from the
+    lifespan."""
+    from sqlalchemy.exc import OperationalError
+
+    from app.db.database import database, kind, open_engine
+    from app.db.migrations import runner
+
+    engine = open_engine(database(settings))
+    try:
+        if not settings.migrate_on_start:
+            runner.check(engine)
+        elif (moved := runner.upgrade(engine))[0] != "current":
+            logging.getLogger("courier.migrate").info(
+                "database schema %s -> %s (revision %s)", *moved, runner.head()
+            )
+    except runner.SchemaError as exc:
+        return str(exc)
+    except OperationalError as exc:
+        # The driver's own words: they name the host, never the password.
+        return f"cannot open the {kind(database(settings))} database: {exc.orig}"
+    finally:
+        engine.dispose()
+    return None
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    """`courier migrate [--check]`: the schema's state before and after, exit 0 when it
+    is current; --check only reads it (exit 1 unless current)."""
+    from sqlalchemy.exc import OperationalError
+
+    from app.config import ConfigError, load_settings
+    from app.db.database import database, kind, open_engine
+    from app.db.instance import DataDirBusy, DataDirLock
+    from app.db.migrations import runner
+
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"courier: {exc}", file=sys.stderr)
+        return 2
+    backend = kind(database(settings))
+    lock = None
+    try:
+        if backend == "sqlite":
+            # One process owns a SQLite file: migrating under a running server is refused.
+            lock = DataDirLock.acquire(settings.data_dir)
+        engine = open_engine(database(settings))
+        try:
+            with engine.connect() as conn:
+                state, revision = runner.schema_state(conn)
+            print(
+                f"database ({backend}): {state}" + (f" at revision {revision}" if revision else "")
+            )
+            if state == "ahead":
+                raise runner.too_new(revision)
+            if args.check:
+                return 0 if state == "current" else 1
+            after = runner.upgrade(engine)[1]
+            print(f"database ({backend}): {after} at revision {runner.head()}")
+        finally:
+            engine.dispose()
+    except DataDirBusy as exc:
+        print(f"courier: {exc}", file=sys.stderr)
+        return 3
+    except runner.SchemaError as exc:
+        print(f"courier: {exc}", file=sys.stderr)
+        return 1
+    except OperationalError as exc:
+        print(f"courier: cannot open the {backend} database: {exc.orig}", file=sys.stderr)
+        return 2
+    finally:
+        if lock is not None:
+            lock.release()
+    return 0
 
 
 def _server_config(settings: Settings) -> tuple[uvicorn.Config, FastAPI]:
@@ -213,7 +296,18 @@ def _add_records(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="courier", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("serve", help="run the OpenAI-compatible agent server").set_defaults(func=_serve)
+    serve = sub.add_parser("serve", help="run the OpenAI-compatible agent server")
+    serve.add_argument(
+        "--no-migrate",
+        action="store_true",
+        help="refuse a database schema that is not current instead of upgrading it",
+    )
+    serve.set_defaults(func=_serve)
+    migrate = sub.add_parser("migrate", help="bring the database schema to this version")
+    migrate.add_argument(
+        "--check", action="store_true", help="only report the state; exit 1 unless current"
+    )
+    migrate.set_defaults(func=_migrate)
     sim = sub.add_parser("simulate", help="run the upstream model simulator")
     sim.add_argument("--host", default="127.0.0.1")
     sim.add_argument("--port", type=int, default=8643)

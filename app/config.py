@@ -26,6 +26,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from app.config_rules import database_url as db_url
+from app.config_rules.trusted_networks import trusted_network
 from app.settings.work import WorkSettings, webhook_problem
 
 MIN_KEY_LENGTH = 16
@@ -329,6 +331,7 @@ SECRET_FIELDS = (
     "admin_api_key",
     "metrics_api_key",
     "upstream_api_key",
+    "database_url",
     "webhook_secret",
 )
 """Settings that may come from a file named by `COURIER_<NAME>_FILE` instead."""
@@ -390,6 +393,13 @@ class Settings(BaseSettings, WorkSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8642, ge=0, le=65535)
     data_dir: Path = Path("./data")
+    database_url: SecretStr | None = None
+    """PostgreSQL for the store (`postgresql+psycopg://user:password@host:5432/courier`;
+    `postgresql://` and `postgres://` mean the same driver). Unset: SQLite at
+    `data_dir/courier.db`. Secret: it usually carries the password."""
+    migrate_on_start: bool = True
+    """`courier serve` brings the database schema to this version before it serves; off
+    (or `serve --no-migrate`), it refuses a schema that is not current instead."""
     allow_exposed_host_exec: bool = False
     """Permit a non-loopback bind while tools run unsandboxed on the host (dangerous)."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
@@ -606,6 +616,12 @@ class Settings(BaseSettings, WorkSettings):
                 raise ValueError(f"'{name}' is not an HTTP header name")
         return tuple(name.lower() for name in value)
 
+    @field_validator("database_url")
+    @classmethod
+    def _postgresql_url(cls, value: SecretStr | None) -> SecretStr | None:
+        url = db_url.normalised(value.get_secret_value()) if value else None
+        return SecretStr(url) if url else None
+
     @field_validator("api_key")
     @classmethod
     def _key_is_strong(cls, value: SecretStr) -> SecretStr:
@@ -732,25 +748,6 @@ def _split_list(value: Any) -> Any:
             return json.loads(text)
         return tuple(part.strip() for part in text.split(",") if part.strip())
     return value
-
-
-def trusted_network(entry: str) -> IPv4Network | IPv6Network:
-    """One `COURIER_TRUSTED_PROXIES` entry as a network, or a ValueError naming the mistake.
-
-    Strict on purpose: `10.0.0.1/24` (host bits set) is refused rather than widened to the
-    /24 a typo may not have meant, and a /0 is refused outright, since trusting every
-    address lets any client write the address the per-IP limit counts."""
-    text = entry.strip()
-    try:
-        network = ipaddress.ip_network(text, strict=True)
-    except ValueError as exc:
-        raise ValueError(f"trusted proxy {text!r} is not an IP address or network: {exc}") from None
-    if network.prefixlen == 0:
-        raise ValueError(
-            f"trusted proxy {text!r} trusts every address, so any client could choose the "
-            "address it is counted as; name the proxy's own addresses"
-        )
-    return network
 
 
 def load_settings(**overrides: Any) -> Settings:

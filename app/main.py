@@ -53,6 +53,7 @@ from app.api.state import AppState
 from app.api.turn_serving import TurnServing
 from app.config import Settings
 from app.db.approval_store import ApprovalStore
+from app.db.database import database, database_password
 from app.db.idempotency_store import IdempotencyStore
 from app.db.instance import holder_alive
 from app.db.key_store import KeyStateStore
@@ -137,6 +138,7 @@ def known_secrets(settings: Settings) -> list[str]:
     values += [p.api_key for p in settings.profiles]
     values += [k for p in settings.all_profiles() for k in p.api_keys]
     values += [k.key for k in settings.keys] + [k.webhook_secret for k in settings.keys]
+    values.append(database_password(settings))
     # The MCP servers' env and header values: a server echoing its own token into a
     # result must not send it upstream.
     mcp = configured(settings)
@@ -299,7 +301,9 @@ def _webhook_target(url: str, secret: SecretStr, settings: Settings) -> Target:
 
 def _open_store(settings: Settings) -> Store:
     """The store, with what a previous process left mid-turn set right."""
-    store = Store.open(settings.db_path)
+    # `courier serve` migrated already (app/cli.py); this finds the schema current, or,
+    # told not to migrate, refuses one that is not.
+    store = Store.open(database(settings), migrate=settings.migrate_on_start)
     # Only leases whose holder process is gone: `courier serve` holds the data directory's
     # lock (app/db/instance.py), but a lease of a live holder must never be taken.
     if cleared := store.clear_dead_leases(holder_alive):

@@ -13,8 +13,10 @@ os.environ.setdefault("COURIER_VERIFY_LIVE_LOG", "1")
 # registered in tests/e2e/conftest.py.
 pytest_plugins = [
     "tests.support.clock",
+    "tests.support.postgres",
     "tests.support.sandbox",
     "tests.support.scripted",
     "tests.support.store",
+    "tests.support.stores",
     "tests.support.web_site",
 ]

@@ -179,6 +179,7 @@ class TurnServing:
             with self.store.unit():
                 opened = self.sessions.open(req, turn_id=handle.turn_id, emit=handle.publish)
                 session_id = opened.context.session_id
+                handle.placed = opened.placed
                 self.twins.record_start(handle, twins, retry, session_id=session_id)
                 if on_open is not None:
                     on_open(handle, session_id)

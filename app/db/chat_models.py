@@ -7,6 +7,8 @@ import time
 
 from sqlmodel import Field, SQLModel
 
+from app.db.models import BIG
+
 
 def _now() -> float:
     return time.time()
@@ -20,12 +22,12 @@ class TranscriptKeyRow(SQLModel, table=True):
 
     __tablename__ = "transcript_key"
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BIG)
     prefix_hash: str = Field(index=True)
     session_id: str = Field(foreign_key="session.id", index=True)
     position: int
     """1-based index of the visible message this prefix ends with."""
-    last_row_id: int
+    last_row_id: int = Field(sa_type=BIG)
     """The last message row (server-side tool rows included) that belongs to the prefix."""
     compactions: int = 0
     """The session's compaction count when written: a later compaction re-inserts rows, so

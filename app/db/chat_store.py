@@ -123,7 +123,9 @@ def name_session(store: Store, *, owner: str, end_user: str, name: str, session_
 _ADD_KEYS = Hot(
     "INSERT INTO transcript_key "
     "(prefix_hash, session_id, position, last_row_id, compactions, created_at) "
-    "SELECT :h, :sid, :pos, COALESCE(CAST(:row AS INTEGER), "
+    # CAST: `:sid` is both a selected value and compared with a VARCHAR column; PostgreSQL
+    # types each parameter once and refused the two uses (inconsistent types deduced).
+    "SELECT :h, CAST(:sid AS VARCHAR), :pos, COALESCE(CAST(:row AS INTEGER), "
     "(SELECT MAX(id) FROM message WHERE message.session_id = :sid), 0), compactions, :now "
     "FROM session WHERE id = :sid"
 )
@@ -189,8 +191,8 @@ def retract_after(
             conn = db.connection()
             result = conn.execute(
                 text(
-                    "UPDATE message SET active = 0, compacted = 0 "
-                    "WHERE session_id = :sid AND id > :after AND active = 1"
+                    "UPDATE message SET active = FALSE, compacted = FALSE "
+                    "WHERE session_id = :sid AND id > :after AND active = TRUE"
                 ),
                 {"sid": session_id, "after": after_row_id},
             )

@@ -1,7 +1,7 @@
 """SQL for durable idempotency: which request an `Idempotency-Key` named, the turn it
 started, and once finished the events to replay it from, 24 hours, across restarts.
 
-Its own table, created on first use (additive: older data directories gain it).
+Its own table, `idempotency_record` (app/db/models.py).
 """
 
 from __future__ import annotations
@@ -16,19 +16,6 @@ from sqlalchemy import text
 from app.db.store import Store
 
 RETENTION_S = 24 * 3600.0
-
-_DDL = """CREATE TABLE IF NOT EXISTS idempotency_record (
-    owner TEXT NOT NULL,
-    key TEXT NOT NULL,
-    digest TEXT NOT NULL,
-    turn_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    completion_id TEXT NOT NULL DEFAULT '',
-    created INTEGER NOT NULL DEFAULT 0,
-    events TEXT,
-    created_at REAL NOT NULL,
-    PRIMARY KEY (owner, key)
-)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +36,6 @@ class IdempotencyStore:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.engine = store.engine
-        with self.engine.begin() as conn:
-            conn.execute(text(_DDL))
 
     def started(self, *, owner: str, key: str, digest: str, turn_id: str, session_id: str) -> None:
         with self.store.begin() as conn:
@@ -60,8 +45,14 @@ class IdempotencyStore:
             )
             conn.execute(
                 text(
-                    "INSERT OR REPLACE INTO idempotency_record (owner, key, digest, turn_id, "
-                    "session_id, created_at) VALUES (:o, :k, :d, :t, :s, :now)"
+                    # A replace, as SQLite's INSERT OR REPLACE did (PostgreSQL has no such
+                    # form): a stale record of the key is overwritten whole, events too.
+                    "INSERT INTO idempotency_record (owner, key, digest, turn_id, "
+                    "session_id, created_at) VALUES (:o, :k, :d, :t, :s, :now) "
+                    "ON CONFLICT (owner, key) DO UPDATE SET digest = excluded.digest, "
+                    "turn_id = excluded.turn_id, session_id = excluded.session_id, "
+                    "created_at = excluded.created_at, completion_id = '', created = 0, "
+                    "events = NULL"
                 ),
                 {
                     "o": owner,

@@ -1,30 +1,19 @@
 """SQL for upstream key cool-downs: which of a profile's keys is resting, and until when.
 
-Its own table, created here on first use (additive: older data directories gain it), so a
-restart remembers that a key was revoked or throttled instead of burning a request on it.
+Its own table, `upstream_key_state` (app/db/models.py), so a restart remembers that a key
+was revoked or throttled instead of burning a request on it.
 """
 
 from __future__ import annotations
 
 from sqlalchemy import Engine, text
 
-_DDL = """CREATE TABLE IF NOT EXISTS upstream_key_state (
-    profile TEXT NOT NULL,
-    key_id TEXT NOT NULL,
-    cooling_until REAL NOT NULL,
-    reason TEXT NOT NULL,
-    failures INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (profile, key_id)
-)"""
-
 
 class KeyStateStore:
-    """`KeyStates` for the key ring, on the server's SQLite file."""
+    """`KeyStates` for the key ring, in the server's database."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        with engine.begin() as conn:
-            conn.execute(text(_DDL))
 
     def cooling(self, profile: str) -> dict[str, float]:
         with self.engine.connect() as conn:
@@ -40,7 +29,10 @@ class KeyStateStore:
                 text(
                     "INSERT INTO upstream_key_state (profile, key_id, cooling_until, reason, "
                     "failures) VALUES (:p, :k, :u, :r, 1) ON CONFLICT (profile, key_id) DO "
-                    "UPDATE SET cooling_until = :u, reason = :r, failures = failures + 1"
+                    # Qualified: in an upsert PostgreSQL reads a bare `failures` as either
+                    # the stored row's or `excluded`'s, and refuses it as ambiguous.
+                    "UPDATE SET cooling_until = :u, reason = :r, "
+                    "failures = upstream_key_state.failures + 1"
                 ),
                 {"p": profile, "k": key_id, "u": until, "r": reason},
             )

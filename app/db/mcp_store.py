@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Index, bindparam, text
 from sqlmodel import Field, SQLModel
 
+from app.db.models import BIG
+
 if TYPE_CHECKING:  # the engine imports this module for its table, and the store the engine
     from app.db.store import Store
 
@@ -71,7 +73,7 @@ class McpCallRow(SQLModel, table=True):
     __tablename__ = "mcp_call"
     __table_args__ = (Index("ix_mcp_call_session_turn", "session_id", "turn_id"),)
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BIG)
     session_id: str
     turn_id: str
     call_id: str

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import Index
+from sqlalchemy import BigInteger, Column, Float, Index, Integer, Table, Text
 from sqlmodel import Field, SQLModel
 
 
 def _now() -> float:
     return time.time()
+
+
+BIG = BigInteger().with_variant(Integer(), "sqlite")
+"""Row ids and token counters: 64-bit on PostgreSQL, where INTEGER is 32-bit and a long
+session's summed cache reads pass 2^31. SQLite's INTEGER is 64-bit already, and an
+`INTEGER PRIMARY KEY` must stay exactly that to remain the rowid (BIGINT would lose the
+autoincrement)."""
 
 
 class SessionRow(SQLModel, table=True):
@@ -66,11 +73,11 @@ class SessionRow(SQLModel, table=True):
     """The turn currently allowed to append; every append checks it in its transaction."""
     lease_expires_at: float | None = None
     # Rolled-up usage; the per-call truth lives in api_call.
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    reasoning_tokens: int = 0
+    input_tokens: int = Field(default=0, sa_type=BIG)
+    output_tokens: int = Field(default=0, sa_type=BIG)
+    cache_read_tokens: int = Field(default=0, sa_type=BIG)
+    cache_write_tokens: int = Field(default=0, sa_type=BIG)
+    reasoning_tokens: int = Field(default=0, sa_type=BIG)
     cost_usd: str = "0"
     cost_unknown_calls: int = 0
     upstream_calls: int = 0
@@ -79,7 +86,7 @@ class SessionRow(SQLModel, table=True):
 class MessageRow(SQLModel, table=True):
     __tablename__ = "message"
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BIG)
     session_id: str = Field(foreign_key="session.id", index=True)
     turn_id: str | None = Field(default=None, index=True)
     role: str
@@ -120,7 +127,7 @@ class ApiCallRow(SQLModel, table=True):
     # Spend per key, and per end user of a key (app/agent/cost/spend_caps.py).
     __table_args__ = (Index("ix_api_call_owner_end_user", "owner", "end_user"),)
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BIG)
     session_id: str = Field(foreign_key="session.id", index=True)
     turn_id: str
     """Not indexed: nothing looks calls up by turn, and the index cost every upstream
@@ -131,11 +138,11 @@ class ApiCallRow(SQLModel, table=True):
     session per key) count against the right end user's cap too."""
     profile: str
     upstream_model: str
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    reasoning_tokens: int = 0
+    input_tokens: int = Field(default=0, sa_type=BIG)
+    output_tokens: int = Field(default=0, sa_type=BIG)
+    cache_read_tokens: int = Field(default=0, sa_type=BIG)
+    cache_write_tokens: int = Field(default=0, sa_type=BIG)
+    reasoning_tokens: int = Field(default=0, sa_type=BIG)
     cost_usd: str | None = None
     cost_status: str = "unknown"
     cost_source: str = ""
@@ -146,3 +153,32 @@ class ApiCallRow(SQLModel, table=True):
     cache_break: str | None = None
     """Set when this request deliberately broke the cached prefix (compaction, tools)."""
     created_at: float = Field(default_factory=_now, index=True)
+
+
+# Made by raw DDL before the migrations (app/db/migrations/): Core tables, so the baseline
+# creates them on both backends with the same types (REAL is 4 bytes on PostgreSQL: epoch
+# seconds would round to minutes).
+IDEMPOTENCY_RECORD = Table(
+    "idempotency_record",
+    SQLModel.metadata,
+    Column("owner", Text, primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("digest", Text, nullable=False),
+    Column("turn_id", Text, nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("completion_id", Text, nullable=False, server_default=""),
+    Column("created", BIG, nullable=False, server_default="0"),
+    Column("events", Text),
+    Column("created_at", Float, nullable=False),
+)
+"""Durable idempotency (app/db/idempotency_store.py)."""
+UPSTREAM_KEY_STATE = Table(
+    "upstream_key_state",
+    SQLModel.metadata,
+    Column("profile", Text, primary_key=True),
+    Column("key_id", Text, primary_key=True),
+    Column("cooling_until", Float, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("failures", Integer, nullable=False, server_default="0"),
+)
+"""Upstream key cool-downs (app/db/key_store.py)."""

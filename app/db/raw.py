@@ -35,10 +35,14 @@ def count_statements(engine: Engine, on_statement: Callable[[], None]) -> None:
 class Hot:
     """One SQL statement with `:name` parameters, compiled per dialect on first use."""
 
-    __slots__ = ("_compiled", "sql")
+    __slots__ = ("_compiled", "only", "sql")
 
-    def __init__(self, sql: str) -> None:
+    def __init__(self, sql: str, *, only: str | None = None) -> None:
         self.sql = sql
+        self.only = only
+        """The one dialect this statement is written for (FTS5's are SQLite's alone); None
+        for the statements both backends run, which tests/unit/test_postgres_statements.py
+        has PostgreSQL prepare."""
         self._compiled: dict[str, tuple[str, tuple[str, ...] | None]] = {}
 
     def _for(self, dialect: Dialect) -> tuple[str, tuple[str, ...] | None]:

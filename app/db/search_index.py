@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
+from app.db import search_postgres
 from app.db.raw import Hot
 
 _SCOPE = "hex({s}owner || CASE {s}end_user WHEN '' THEN '' ELSE char(10) || {s}end_user END)"
@@ -62,9 +63,10 @@ _TRIGGERS = ("message_fts_ai", "message_fts_ad", "message_fts_au")
 INDEX_PENDING = Hot(
     "INSERT INTO message_fts(rowid, content, api_content, owner_tag) "
     f"SELECT m.id, m.content, m.api_content, {_OWNER_TAG.format(row='m')} "
-    "FROM message_fts_pending p JOIN message m ON m.id = p.id ORDER BY p.id"
+    "FROM message_fts_pending p JOIN message m ON m.id = p.id ORDER BY p.id",
+    only="sqlite",
 )
-CLEAR_PENDING = Hot("DELETE FROM message_fts_pending")
+CLEAR_PENDING = Hot("DELETE FROM message_fts_pending", only="sqlite")
 
 
 def scope_tag(owner: str, end_user: str) -> str:
@@ -110,6 +112,8 @@ def install(conn: Connection) -> None:
 
 def index_pending(conn: Connection) -> int:
     """Index every message noted as pending, in the caller's transaction; how many."""
+    if conn.dialect.name == "postgresql":
+        return search_postgres.index_pending(conn)
     indexed: int = INDEX_PENDING.run(conn, {}).rowcount
     if indexed:
         CLEAR_PENDING.run(conn, {})

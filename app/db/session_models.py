@@ -11,6 +11,8 @@ import time
 
 from sqlmodel import Field, SQLModel
 
+from app.db.models import BIG
+
 
 def _now() -> float:
     return time.time()
@@ -32,9 +34,9 @@ class ResponseRow(SQLModel, table=True):
     session_id: str = Field(foreign_key="session.id", index=True)
     owner: str = Field(index=True)
     previous_response_id: str | None = None
-    first_message_id: int = 0
+    first_message_id: int = Field(default=0, sa_type=BIG)
     """Rows of the session with ids in [first, last] were written by this response."""
-    last_message_id: int = 0
+    last_message_id: int = Field(default=0, sa_type=BIG)
     body: str = "{}"
     """The Response object as returned (JSON), so a GET answers with the same bytes."""
     input_items: str = "[]"

@@ -273,11 +273,11 @@ def retract_session(store: Store, *, session_id: str) -> None:
     with Session(store.engine) as db:
         conn = db.connection()
         conn.execute(
-            text("UPDATE message SET active = 0, compacted = 0 WHERE session_id = :sid"),
+            text("UPDATE message SET active = FALSE, compacted = FALSE WHERE session_id = :sid"),
             {"sid": session_id},
         )
         conn.execute(
-            text("UPDATE response_record SET retracted = 1 WHERE session_id = :sid"),
+            text("UPDATE response_record SET retracted = TRUE WHERE session_id = :sid"),
             {"sid": session_id},
         )
         # The continuity index is derived data: without this, a client resending the
@@ -354,8 +354,8 @@ def retract_messages(
             return 0
         changed = conn.execute(
             text(
-                "UPDATE message SET active = 0, compacted = 0 "
-                "WHERE session_id = :sid AND id BETWEEN :first AND :last AND active = 1"
+                "UPDATE message SET active = FALSE, compacted = FALSE "
+                "WHERE session_id = :sid AND id BETWEEN :first AND :last AND active = TRUE"
             ),
             {"sid": session_id, "first": first_id, "last": last_id},
         )
@@ -415,7 +415,7 @@ def latest_response(store: Store, *, session_id: str) -> ResponseRow | None:
 def mark_response_retracted(store: Store, *, response_id: str) -> None:
     with Session(store.engine) as db:
         db.connection().execute(
-            text("UPDATE response_record SET retracted = 1 WHERE id = :rid"),
+            text("UPDATE response_record SET retracted = TRUE WHERE id = :rid"),
             {"rid": response_id},
         )
         db.commit()

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, text
 from sqlalchemy.exc import IntegrityError
 
+from app.db import search_postgres
 from app.db.raw import Hot
 from app.db.search_index import scope_tag
 from app.db.store import Store
@@ -115,24 +116,28 @@ IDF counts the tag's rows: 23 ms at 400,000) but no other scope's rows. bm25 ove
 (ids)` instead ran one FTS5 lookup, and its whole IDF pass, per id (2 s for 1,000)."""
 
 _NEWEST = Hot(
-    "SELECT rowid FROM message_fts WHERE message_fts MATCH :owned ORDER BY rowid DESC LIMIT :n"
+    "SELECT rowid FROM message_fts WHERE message_fts MATCH :owned ORDER BY rowid DESC LIMIT :n",
+    only="sqlite",
 )
 # Its own statement, not `(:below IS NULL OR rowid < :below)`: FTS5 cannot seek on that,
 # which doubled the first round's cost.
 _NEWEST_BELOW = Hot(
     "SELECT rowid FROM message_fts WHERE message_fts MATCH :owned AND rowid < :below"
-    " ORDER BY rowid DESC LIMIT :n"
+    " ORDER BY rowid DESC LIMIT :n",
+    only="sqlite",
 )
 # Counted without bm25 (so without its IDF pass), and only up to the bound that decides.
 _IN_RANGE = Hot(
     "SELECT count(*) FROM (SELECT rowid FROM message_fts"
-    " WHERE message_fts MATCH :q AND rowid BETWEEN :lo AND :hi LIMIT :n)"
+    " WHERE message_fts MATCH :q AND rowid BETWEEN :lo AND :hi LIMIT :n)",
+    only="sqlite",
 )
 # bm25 is the same number whichever of the two MATCH forms runs: its IDF counts rows over
 # the whole index and the tag's column weighs 0.
 _SCORES = Hot(
     "SELECT rowid, bm25(message_fts, 1.0, 1.0, 0.0) FROM message_fts"
-    " WHERE message_fts MATCH :q AND rowid BETWEEN :lo AND :hi"
+    " WHERE message_fts MATCH :q AND rowid BETWEEN :lo AND :hi",
+    only="sqlite",
 )
 _VISIBLE = Hot(
     "SELECT m.id, m.session_id FROM json_each(:ids) j"
@@ -141,8 +146,9 @@ _VISIBLE = Hot(
     " CROSS JOIN message m ON m.id = j.value"
     " CROSS JOIN session s ON s.id = m.session_id"
     " WHERE s.owner = :owner AND (:any_user OR s.end_user = :end_user)"
-    " AND (m.active = 1 OR m.compacted = 1)"
-    " AND (:session_id IS NULL OR s.id = :session_id)"
+    " AND (m.active = TRUE OR m.compacted = TRUE)"
+    " AND (:session_id IS NULL OR s.id = :session_id)",
+    only="sqlite",  # json_each; PostgreSQL's search checks the scope in its own query
 )
 """The authority over what the index's tag found: the session's owner and end user, and
 the row's state (a retracted row is still in the index)."""
@@ -217,11 +223,11 @@ def _best_per_session(conn: Connection, scope: _Scope, *, limit: int) -> list[tu
 _SHOWN = "id, session_id, role, content, api_content, tool_calls, active"
 _EARLIER = Hot(
     f"SELECT {_SHOWN} FROM message WHERE session_id = :sid AND id < :id"
-    " AND (active = 1 OR compacted = 1) ORDER BY id DESC LIMIT :n"
+    " AND (active = TRUE OR compacted = TRUE) ORDER BY id DESC LIMIT :n"
 )
 _LATER = Hot(
     f"SELECT {_SHOWN} FROM message WHERE session_id = :sid AND id > :id"
-    " AND (active = 1 OR compacted = 1) ORDER BY id LIMIT :n"
+    " AND (active = TRUE OR compacted = TRUE) ORDER BY id LIMIT :n"
 )
 _SNIPPETS = text(
     "SELECT rowid, snippet(message_fts, -1, '**', '**', '…', :tokens)"
@@ -250,12 +256,15 @@ def _around(
     return shown_before, tuple(_window_message(m) for m in later)
 
 
-def _hits(
-    conn: Connection, ids: list[int], *, match: str, before: int, after: int
-) -> list[SearchHit]:
+def _fts5_snippets(conn: Connection, ids: list[int], *, match: str) -> dict[int, str]:
     # Snippets only for the winners: snippet() re-tokenizes the row, too costly per hit.
     found = conn.execute(_SNIPPETS, {"q": match, "ids": ids, "tokens": _SNIPPET_TOKENS})
-    snippets = {int(r[0]): str(r[1] or "") for r in found}
+    return {int(r[0]): str(r[1] or "") for r in found}
+
+
+def _hits(
+    conn: Connection, ids: list[int], *, snippets: dict[int, str], before: int, after: int
+) -> list[SearchHit]:
     rows = {int(r[0]): r for r in conn.execute(_HIT_ROWS, {"ids": ids})}
     hits: list[SearchHit] = []
     for message_id in ids:
@@ -328,6 +337,23 @@ def search_sessions(
     if not terms or limit < 1:
         return []
     store.searchable()  # the newest messages are indexed in batches: catch up first
+    if store.engine.dialect.name == "postgresql":
+        with store.reader() as conn:
+            best = search_postgres.best_hits(
+                conn,
+                owner=owner,
+                end_user=end_user,
+                terms=terms,
+                any_term=any_term,
+                session_id=session_id,
+                limit=limit,
+                candidates=CANDIDATES * CANDIDATE_ROUNDS,
+            )
+            ids = [i for i, _ in best]
+            marked = search_postgres.snippets(
+                conn, ids=ids, terms=terms, any_term=any_term, words=_SNIPPET_TOKENS
+            )
+            return _hits(conn, ids, snippets=marked, before=before, after=after) if ids else []
     # The terms only ever match the text columns; the scope's tokens narrow the rows inside
     # the index, before anything is ranked.
     match = "{content api_content} : (" + _match_expression(terms, any_term=any_term) + ")"
@@ -348,7 +374,9 @@ def search_sessions(
         best = _best_per_session(conn, scope, limit=limit)
         if not best:
             return []
-        return _hits(conn, [i for i, _ in best], match=match, before=before, after=after)
+        ids = [i for i, _ in best]
+        marked = _fts5_snippets(conn, ids, match=match)
+        return _hits(conn, ids, snippets=marked, before=before, after=after)
 
 
 # --------------------------------------------------------------------------- memory

@@ -20,7 +20,7 @@ _TURN = SQLModel.metadata.tables["turn"]
 
 ACTIVE_ROWS = Hot(
     "SELECT id, role, content, api_content, tool_calls, tool_call_id, tool_name, is_error, "
-    "turn_id, kind, images FROM message WHERE session_id = :sid AND active = 1 ORDER BY id"
+    "turn_id, kind, images FROM message WHERE session_id = :sid AND active = TRUE ORDER BY id"
 )
 SESSION_COLUMNS = tuple(c.name for c in _SESSION.columns)
 SESSION_FLAGS = tuple(c.name for c in _SESSION.columns if c.type.python_type is bool)

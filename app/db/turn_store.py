@@ -56,7 +56,7 @@ def session_turns(
         rows = conn.execute(
             text(
                 "SELECT id, started_at, finished_at, exit_reason, iterations, error FROM turn "
-                "WHERE session_id = :sid ORDER BY started_at, rowid LIMIT :limit OFFSET :offset"
+                "WHERE session_id = :sid ORDER BY started_at, id LIMIT :limit OFFSET :offset"
             ),
             {"sid": session_id, "limit": limit, "offset": offset},
         ).all()

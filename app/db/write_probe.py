@@ -17,7 +17,10 @@ def database_writable(store: Store) -> str | None:
     try:
         with Session(store.engine) as db:
             db.connection().execute(
-                text("INSERT OR REPLACE INTO health_probe (id, at) VALUES (1, :at)"),
+                text(
+                    "INSERT INTO health_probe (id, at) VALUES (1, :at) "
+                    "ON CONFLICT (id) DO UPDATE SET at = excluded.at"
+                ),
                 {"at": time.time()},
             )
             db.commit()

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 from openai import OpenAI
 
-from tests.support.compat import compat_servers  # noqa: F401  (pytest fixtures)
+from tests.support.compat import (  # noqa: F401  (pytest fixtures)
+    compat_servers,
+    compat_servers_postgres,
+)
 from tests.support.fixtures import sim, simulator  # noqa: F401  (pytest fixtures)
 from tests.support.server import Server, ServerFactory, module_servers, servers  # noqa: F401
 

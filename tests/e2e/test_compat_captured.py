@@ -32,15 +32,18 @@ import pytest
 
 from app.simulator.structured import schema_instance
 from tests.support.paths import CAPTURES
+from tests.support.postgres import POSTGRES
 from tests.support.server import Server
 from tests.support.sim import REPO_ROOT, Simulator
 from tests.support.spec import errors
 from tests.support.sse import check_chat_stream
+from tests.support.stores import BACKENDS
 
 FIXTURE = CAPTURES
 SHARED = REPO_ROOT.parent / "shared" / "clients" / "captured-requests.jsonl"
 ANTHROPIC_CLIENTS = ("openai_py_anthropic_wire",)
 EXPECTED_LINES = 272
+STORE_BACKENDS = BACKENDS
 
 ROWS: list[dict[str, Any]] = [
     json.loads(line) for line in FIXTURE.read_text().splitlines() if line.strip()
@@ -100,10 +103,14 @@ def scripted_call(body: dict[str, Any]) -> dict[str, Any] | None:
 
 
 @pytest.fixture
-def servers(compat_servers: dict[str, Server]) -> dict[str, Server]:
+def servers(backend: str, request: pytest.FixtureRequest) -> dict[str, Server]:
     # Shared with the other client suites (tests/support/compat.py): vendor model names
     # (gpt-4.1, gpt-4o, gpt-3.5-turbo, gpt-5-mini) are served by the default profile.
-    return compat_servers
+    # Every line replays on each store backend (STORE_BACKENDS).
+    pair: dict[str, Server] = request.getfixturevalue(
+        "compat_servers_postgres" if backend == POSTGRES else "compat_servers"
+    )
+    return pair
 
 
 def _server_for(servers: dict[str, Server], row: dict[str, Any]) -> Server:

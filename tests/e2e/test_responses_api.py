@@ -211,6 +211,28 @@ def test_delete_retracts_from_the_live_view(claude: Server, sim: Simulator) -> N
     assert "keep this" in upstream and "forget this" not in upstream and "regret" not in upstream
 
 
+def test_store_false_resending_a_stored_conversation_deletes_only_its_own_exchange(
+    claude: Server, sim: Simulator
+) -> None:
+    # A stateless client resends a stored conversation with store:false: continuity places
+    # it on that session, and forgetting "this exchange" must not purge the whole session.
+    sim.script([{"reply": {"text": "kept answer"}}, {"reply": {"text": "ephemeral answer"}}])
+    kept = _post(claude, {"model": "courier", "input": "a conversation worth keeping"}).json()
+    history = [
+        {"role": "user", "content": "a conversation worth keeping"},
+        {"role": "assistant", "content": "kept answer"},
+        {"role": "user", "content": "an aside not to keep"},
+    ]
+    resp = _post(claude, {"model": "courier", "input": history, "store": False})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["session_id"] == kept["session_id"]  # continued, not a new session
+    assert _rows(claude, kept["session_id"]) == [("user", 1, 0), ("assistant", 1, 0)]
+    again = httpx.get(f"{claude.base_url}/v1/responses/{kept['id']}", headers=claude.headers())
+    assert again.status_code == 200 and again.json()["output"][0]["content"][0]["text"] == (
+        "kept answer"
+    )
+
+
 def test_store_false_keeps_only_the_ledger(claude: Server, sim: Simulator) -> None:
     sim.script([{"reply": {"text": "ephemeral"}}])
     resp = _post(claude, {"model": "courier", "input": "secret stuff", "store": False})

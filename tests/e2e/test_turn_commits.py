@@ -14,8 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.postgres import POSTGRES, Cluster
 from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
+from tests.support.stores import BACKENDS
 
 METRICS_KEY = "metrics-key-0123456789abcdef"
 PRODUCTION = {
@@ -33,9 +35,37 @@ FIRST_TURN: dict[str, int] = {}
 """What the server process's first turn cost (commits, statements), taken by `counted`."""
 
 
+STORE_BACKENDS = BACKENDS
+"""Every count holds on SQLite and on PostgreSQL: the same statements, the same commits."""
+
+
+def _on(backend: str, request: pytest.FixtureRequest) -> dict[str, str]:
+    """PRODUCTION's settings, on a PostgreSQL database of the caller's own for that backend
+    (dropped when the caller's scope ends)."""
+    if backend != POSTGRES:
+        return PRODUCTION
+    cluster: Cluster = request.getfixturevalue("pg_cluster")
+    database = cluster.create_database()
+    request.addfinalizer(lambda: cluster.drop_database(database))
+    return PRODUCTION | {"COURIER_DATABASE_URL": cluster.url(database)}
+
+
+def _started(server: Server) -> Server:
+    """The server, checked to run where it was told: a PostgreSQL database it migrated,
+    not a SQLite file beside it (the counts would pass there too)."""
+    url = server.env.get("COURIER_DATABASE_URL")
+    assert (server.data_dir / "courier.db").exists() is (url is None)
+    return server
+
+
 @pytest.fixture(scope="module")
-def counted(module_servers: ServerFactory, simulator: Simulator) -> Server:
-    srv = module_servers(**PRODUCTION)
+def counted(
+    module_servers: ServerFactory,
+    simulator: Simulator,
+    backend: str,
+    request: pytest.FixtureRequest,
+) -> Server:
+    srv = _started(module_servers(**_on(backend, request)))
     # The process's first session of a tool set stores the set, once (app/db/tool_sets.py):
     # taken here, no counted turn's figures depend on which test runs first.
     simulator.reset()
@@ -227,11 +257,11 @@ def test_a_keyed_turn_records_itself_in_the_same_two_commits(
 
 
 def test_the_first_turn_after_a_restart_reads_the_log_once(
-    sim: Simulator, servers: ServerFactory
+    sim: Simulator, servers: ServerFactory, backend: str, request: pytest.FixtureRequest
 ) -> None:
     """The live log is not in memory after a restart: the opening unit reads it from the
     database once, for the open-call check and the repair both (it read it twice)."""
-    server = servers(**PRODUCTION)
+    server = _started(servers(**_on(backend, request)))
     sim.script([{"reply": {"text": "first"}}, {"reply": {"text": "second"}}])
     sid, _, _ = _turn(server, stream=True)
     server.stop()

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from app.db.migrations import runner
+from tests.support.postgres import Cluster
 from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
 
@@ -31,17 +33,41 @@ def compat_servers(
 ) -> Iterator[dict[str, Server]]:
     servers = ServerFactory(simulator, tmp_path_factory)
     try:
-        yield {
-            wire: servers(
-                wire,
-                COURIER_ACCEPT_ANY_MODEL="true",
-                COURIER_ADMIN_API_KEY=OTHER_KEY,
-                COURIER_CORS_ORIGINS=json.dumps([ORIGIN]),
-            )
-            for wire in ("openai", "anthropic")
-        }
+        yield {wire: _compat_server(servers, wire) for wire in ("openai", "anthropic")}
     finally:
         servers.stop_all()
+
+
+@pytest.fixture(scope="session")
+def compat_servers_postgres(
+    simulator: Simulator, tmp_path_factory: pytest.TempPathFactory, pg_cluster: Cluster
+) -> Iterator[dict[str, Server]]:
+    """The same pair, each on a PostgreSQL database of its own (issue 32: the captured
+    client requests replay identically on PostgreSQL)."""
+    servers = ServerFactory(simulator, tmp_path_factory)
+    databases = [pg_cluster.create_database() for _ in range(2)]
+    try:
+        pair = {
+            wire: _compat_server(servers, wire, COURIER_DATABASE_URL=pg_cluster.url(database))
+            for wire, database in zip(("openai", "anthropic"), databases, strict=True)
+        }
+        for database in databases:  # each server made its schema there, not in a SQLite file
+            assert pg_cluster.schema_revision(database) == runner.head()
+        yield pair
+    finally:
+        servers.stop_all()
+        for database in databases:
+            pg_cluster.drop_database(database)
+
+
+def _compat_server(servers: ServerFactory, wire: str, **env: str) -> Server:
+    return servers(
+        wire,
+        COURIER_ACCEPT_ANY_MODEL="true",
+        COURIER_ADMIN_API_KEY=OTHER_KEY,
+        COURIER_CORS_ORIGINS=json.dumps([ORIGIN]),
+        **env,
+    )
 
 
 def unmarked(value: Any) -> Any:

@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from app.ops import ports
+from tests.support import postgres
 from tests.support.sim import Simulator
 
 API_KEY = "test-key-0123456789abcdef"
@@ -113,6 +114,12 @@ def sim_env(sim_base_url: str, provider: str = "openai", **extra: str) -> dict[s
     }
 
 
+ON_POSTGRES = os.environ.get("COURIER_TEST_BACKEND") == postgres.POSTGRES
+"""`COURIER_TEST_BACKEND=postgresql`: every server the factory starts keeps its store in a
+PostgreSQL database of its own on the run's cluster (a restart keeps it), so any e2e
+module runs on PostgreSQL unchanged. What reads the SQLite file directly fails there."""
+
+
 class ServerFactory:
     """Starts Courier servers on the simulator's wire; `stop_all` stops each one it started."""
 
@@ -133,6 +140,8 @@ class ServerFactory:
         """A server whose settings are `sim_env`'s plus `env`, in a data directory of its
         own unless `data_dir` names one (a restart, a copied database). `start=False` hands
         it over unstarted, for a test that starts (and restarts) it itself."""
+        if ON_POSTGRES and "COURIER_DATABASE_URL" not in env:
+            env["COURIER_DATABASE_URL"] = postgres.server_database()
         server = Server(
             data_dir=data_dir or self._tmp.mktemp("courier"),
             env=sim_env(self.simulator.base_url, provider, **env),

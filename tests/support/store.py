@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from app.db.database import Target
 from app.db.store import Store
 
 
@@ -22,8 +23,9 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    """A fresh store; closed after the test, so its writer thread does not outlive it."""
-    opened = Store.open(db_path)
+def store(store_target: Target) -> Iterator[Store]:
+    """A fresh store; closed after the test, so its writer thread does not outlive it.
+    SQLite at `db_path`, or PostgreSQL in a module that opts in (tests/support/stores.py)."""
+    opened = Store.open(store_target)
     yield opened
     opened.close()

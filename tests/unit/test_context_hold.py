@@ -11,6 +11,10 @@ from app.agent.context.context_files import ContextWatch, prompt_context
 from app.db.approval_models import INSTRUCTION_CHANGE_RULE
 from app.db.approval_store import ApprovalStore
 from app.db.store import Store
+from tests.support.stores import BACKENDS
+
+STORE_BACKENDS = BACKENDS
+"""Every store test here runs on SQLite and on PostgreSQL."""
 
 
 @pytest.fixture

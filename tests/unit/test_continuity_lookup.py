@@ -20,6 +20,10 @@ from app.db.chat_store import (
     index_transcript,
 )
 from app.db.store import Store
+from tests.support.stores import BACKENDS
+
+STORE_BACKENDS = BACKENDS
+"""Every store test here runs on SQLite and on PostgreSQL."""
 
 ODD = [chr(i) for i in range(0x20)] + ['"', "\\", "/", "\x7f", "\u2028", "\u2029", "\ufeff"]
 ODD += ["é", "中", "😀", "\U0010ffff", "\ue000", " ", "a", "}", "["]

@@ -16,6 +16,10 @@ from app.config import load_settings
 from app.db.store import NewMessage, Store
 from app.db.tool_store import memory_notes, search_sessions, update_memory
 from tests.support.ledger import api_call
+from tests.support.stores import BACKENDS
+
+STORE_BACKENDS = BACKENDS
+"""Every store test here runs on SQLite and on PostgreSQL."""
 
 KEY = "end-user-scope-key-0123456789"
 
@@ -147,6 +151,7 @@ def test_a_database_from_before_end_users_upgrades_at_start(tmp_path: Path) -> N
     path = tmp_path / "courier.db"
     Store.open(path).close()
     with sqlite3.connect(path) as db:  # turn the fresh schema back into the old one
+        db.execute("DROP TABLE alembic_version")  # that release kept no schema version
         db.execute("DROP TABLE memory")
         db.execute("DROP VIEW message_fts_source")
         for name in ("message_fts_ad", "message_fts_au"):

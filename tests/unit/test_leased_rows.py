@@ -17,6 +17,10 @@ from app.db.models import SessionRow
 from app.db.raw import count_statements
 from app.db.store import LeaseLost, NewMessage, Store
 from tests.support.ledger import api_call
+from tests.support.stores import BACKENDS, raw_sql
+
+STORE_BACKENDS = BACKENDS
+"""Every store test here runs on SQLite and on PostgreSQL."""
 
 
 @pytest.fixture(autouse=True)
@@ -92,13 +96,12 @@ def test_a_roll_up_clears_the_cache_break_it_paid_for(store: Store) -> None:
     assert _kept(store).model_dump() == _stored(store)
 
 
-def test_a_stale_kept_cost_still_adds_to_the_stored_one(store: Store, db_path: Path) -> None:
+def test_a_stale_kept_cost_still_adds_to_the_stored_one(store: Store) -> None:
     """Something outside the store changed the cost while the row was kept (an operator's
     correction, another process): the roll-up's compare-and-set misses, reads the stored
     cost and adds to it, so no money is lost or invented."""
     assert store.acquire_lease(session_id="s1", lease="L", ttl_s=60)
-    with sqlite3.connect(db_path) as other:
-        other.execute("UPDATE session SET cost_usd = '1.5' WHERE id = 's1'")
+    raw_sql(store, "UPDATE session SET cost_usd = '1.5' WHERE id = 's1'")
     store.record_api_call(session_id="s1", owner="k1", turn_id="t", call=api_call("0.25"))
     assert Decimal(str(_stored(store)["cost_usd"])) == Decimal("1.75")
     assert store.spent_by_owner(owner="k1") == (Decimal("0.25"), 0)

@@ -36,6 +36,10 @@ from app.providers.base import (
 )
 from app.providers.openai_chat import build_chat_body, encode_body, encode_chat_body
 from app.security.outbound import NO_SCAN
+from tests.support.stores import BACKENDS
+
+STORE_BACKENDS = BACKENDS
+"""Every store test here runs on SQLite and on PostgreSQL."""
 
 LEASE = "L1"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,10 @@ from app.tools.memory import MEMORY, MEMORY_CHAR_CAP, memory_snapshot
 from app.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 from app.tools.session_search import SESSION_SEARCH
 from app.tools.todo import TODO, state_tools
+from tests.support.stores import BACKENDS, raw_sql
+
+STORE_BACKENDS = BACKENDS
+"""Every store test here runs on SQLite and on PostgreSQL."""
 
 ALICE = "fp-alice"
 BOB = "fp-bob"
@@ -45,13 +48,11 @@ def session(store: Store, session_id: str, owner: str, texts: list[tuple[str, st
 
 
 def set_flags(store: Store, ids: list[int], *, active: int, compacted: int) -> None:
-    con = sqlite3.connect(store.engine.url.database or "")
-    con.executemany(
-        "UPDATE message SET active = ?, compacted = ? WHERE id = ?",
-        [(active, compacted, i) for i in ids],
+    raw_sql(
+        store,
+        "UPDATE message SET active = :a, compacted = :c WHERE id = :i",
+        [{"a": bool(active), "c": bool(compacted), "i": i} for i in ids],
     )
-    con.commit()
-    con.close()
 
 
 # --------------------------------------------------------------------------- session_search

@@ -25,6 +25,7 @@ def test_an_old_index_is_rebuilt_with_owners(tmp_path: Path) -> None:
         store.create_session(session_id=sid, owner=owner, profile="p", system_prompt="")
     store.close()
     with sqlite3.connect(path) as db:  # turn the fresh schema back into the old one
+        db.execute("DROP TABLE alembic_version")  # that release kept no schema version
         for name in ("message_fts_ai", "message_fts_ad", "message_fts_au"):
             db.execute(f"DROP TRIGGER {name}")
         db.execute("DROP TABLE message_fts")

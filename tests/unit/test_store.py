@@ -12,6 +12,10 @@ import pytest
 from app.db.models import SessionRow
 from app.db.store import LeaseLost, NewMessage, Store
 from tests.support.ledger import api_call
+from tests.support.stores import BACKENDS, raw_sql
+
+STORE_BACKENDS = BACKENDS
+"""Every store test here runs on SQLite and on PostgreSQL."""
 
 
 @pytest.fixture
@@ -84,16 +88,12 @@ def test_full_text_search_follows_text_changes_only(store: Store) -> None:
     assert [m.content for m in store.search_messages(session_id="s1", query="zebra")] == [
         "the zebra crossing"
     ]
-    con = sqlite3.connect(store.engine.url.database or "")
-    con.execute("UPDATE message SET active = 0, compacted = 1")
-    con.commit()
+    raw_sql(store, "UPDATE message SET active = FALSE, compacted = TRUE")
     # A compacted row stays searchable; a retracted one does not.
     assert store.search_messages(session_id="s1", query="zebra")
-    con.execute("UPDATE message SET compacted = 0")
-    con.execute("UPDATE message SET content = 'a giraffe'")
-    con.commit()
-    con.execute("UPDATE message SET active = 1")
-    con.commit()
+    raw_sql(store, "UPDATE message SET compacted = FALSE")
+    raw_sql(store, "UPDATE message SET content = 'a giraffe'")
+    raw_sql(store, "UPDATE message SET active = TRUE")
     assert not store.search_messages(session_id="s1", query="zebra")
     assert store.search_messages(session_id="s1", query="giraffe")
 
@@ -133,6 +133,7 @@ def test_an_index_no_query_reads_is_dropped_from_an_older_database(tmp_path: Pat
     Store.open(db).close()
     con = sqlite3.connect(db)
     con.execute('CREATE INDEX "ix_api_call_turn_id" ON api_call (turn_id)')  # as releases made it
+    con.execute("DROP TABLE alembic_version")  # and they kept no schema version
     con.commit()
     con.close()
     store = Store.open(db)

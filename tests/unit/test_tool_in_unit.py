@@ -15,6 +15,10 @@ from app.db.tool_store import todo_state
 from app.providers.base import ToolCall
 from app.tools.registry import Tool, ToolContext, ToolError, ToolRegistry
 from app.tools.todo import TODO
+from tests.support.stores import BACKENDS
+
+STORE_BACKENDS = BACKENDS
+"""Every store test here runs on SQLite and on PostgreSQL."""
 
 LEASE = "lease-1"
 

@@ -5,7 +5,6 @@ and a rolled-back set is never taken for stored."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,10 @@ from app.db import tool_sets
 from app.db.models import SessionRow
 from app.db.raw import count_statements
 from app.db.store import PersistenceError, Store
+from tests.support.stores import BACKENDS, raw_sql
+
+STORE_BACKENDS = BACKENDS
+"""Every store test here runs on SQLite and on PostgreSQL."""
 
 SPECS = json.dumps(
     [{"name": f"tool_{i}", "description": "d" * 700, "parameters": {}} for i in range(8)],
@@ -42,12 +45,8 @@ def _read(store: Store, session_id: str) -> str:
     return row.tool_snapshot
 
 
-def _raw(store: Store, sql: str, *args: object) -> list[tuple[object, ...]]:
-    con = sqlite3.connect(store.engine.url.database or "")
-    try:
-        return con.execute(sql, args).fetchall()
-    finally:
-        con.close()
+def _raw(store: Store, sql: str) -> list[tuple[object, ...]]:
+    return raw_sql(store, sql)
 
 
 def test_sessions_share_one_stored_set_and_every_read_hands_out_the_json(store: Store) -> None:
@@ -121,6 +120,7 @@ def test_a_reference_to_a_set_the_database_lacks_is_an_error_not_an_empty_toolbo
         _read(store, "s1")
 
 
+@pytest.mark.sqlite_only  # dbstat: SQLite's page accounting
 def test_session_rows_fit_their_pages(store: Store) -> None:
     for i in range(20):
         _create(store, f"s{i}", lease="L")

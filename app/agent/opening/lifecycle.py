@@ -62,7 +62,7 @@ from app.agent.turn_request import (
     new_tail,
     refuse_prefill,
 )
-from app.agent.turns.handle import TurnHandle
+from app.agent.turns.handle import Placed, TurnHandle
 from app.agent.turns.manager import LEASE_TTL_S, OnFinish, TurnManager, new_lease_token
 from app.config import Profile
 from app.db.chat_store import (
@@ -113,6 +113,8 @@ class Placement:
     `new`). Building every row twice was a tenth of a 10,000-message import's writer time."""
     approved: tuple[ToolCall, ...] = ()
     """Held remote MCP calls the request approves: kept open, run first by the turn."""
+    first_id: int | None = None
+    """The first row `_append` wrote (None: the request brought none to append)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +123,7 @@ class OpenedTurn:
 
     context: TurnContext
     on_finish: OnFinish
+    placed: Placed
 
 
 class SessionLifecycle:
@@ -215,7 +218,8 @@ class SessionLifecycle:
             except BaseException:
                 self.store.release_lease(session_id=place.session.id, lease=place.lease)
                 raise
-        return OpenedTurn(ctx, self._indexer(place, seed))
+        placed = Placed(created=place.created, first_id=place.first_id)
+        return OpenedTurn(ctx, self._indexer(place, seed), placed)
 
     # ------------------------------------------------------------------ placement
 
@@ -403,6 +407,7 @@ class SessionLifecycle:
         ids = self.store.append_messages(
             session_id=session.id, lease=place.lease, turn_id=None, messages=rows
         )
+        place.first_id = ids[0] if ids else None
         self._track_visible(place, rows, ids)
         if req.instructions and not place.created:
             self._refresh_instructions(place, req.instructions)

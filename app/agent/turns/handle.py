@@ -13,6 +13,7 @@ import asyncio
 import sys
 from array import array
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from app.agent.events import TurnEvent, TurnFinished, TurnReasoning, TurnText
@@ -96,6 +97,16 @@ class SealedHistory:
         return len(self._layout)
 
 
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where a turn's opening put the request's messages."""
+
+    created: bool
+    """The opening made the session: nothing in it predates this request."""
+    first_id: int | None
+    """The first message row the request appended (None: it appended none)."""
+
+
 class TurnHandle:
     def __init__(self, turn_id: str, session_id: str) -> None:
         self.turn_id = turn_id
@@ -108,6 +119,9 @@ class TurnHandle:
         """Called with each event as it is published, in order. Unlike a subscriber, a
         listener is no client: it never keeps an abandoned turn running (a background
         response's recording)."""
+        self.placed: Placed | None = None
+        """Set by the opening (a relay has none): what a `store: false` response deletes is
+        this request's rows, not a session continuity placed it on."""
         self.task: asyncio.Future[TurnFinished] | None = None
         """The turn's task while it runs; once it has ended, a plain future with its outcome
         (see `settled`)."""

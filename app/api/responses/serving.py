@@ -20,7 +20,7 @@ from functools import partial
 
 from app.agent.events import TurnFinished
 from app.agent.turn_request import TurnRequest
-from app.agent.turns.handle import TurnHandle
+from app.agent.turns.handle import Placed, TurnHandle
 from app.agent.turns.manager import IDEMPOTENCY_TTL_S, RETRY_WINDOW_S, SessionBusy
 from app.api.chat.render import usage_out
 from app.api.http.errors import ApiError
@@ -286,11 +286,23 @@ class ResponsesServing:
                 self._row(shell, principal, items=items, first=first, body=final, last=last),
             )
         else:
-            self._forget(shell.session_id, first=first, last=last, whole=first == 0)
+            self._forget(shell.session_id, handle.placed, first=first, last=last)
         return final, finished
 
-    def _forget(self, session_id: str, *, first: int, last: int, whole: bool) -> None:
-        """`store: false`: keep nothing of this exchange beyond the usage ledger."""
+    def _forget(self, session_id: str, placed: Placed | None, *, first: int, last: int) -> None:
+        """`store: false`: keep nothing of this exchange beyond the usage ledger.
+
+        Continuity may place a request without `previous_response_id` on a stored session:
+        judging "whole" by that id alone purged the conversation the client had kept."""
+        whole = first == 0  # a relay has no opening: its ledger session is its own
+        if placed is not None:
+            whole = placed.created
+            if placed.first_id is not None:
+                first = placed.first_id
+            elif first == 0:
+                # Nothing appended on a session it did not make: delete nothing rather
+                # than from row 0 (continuity never places a request that brings nothing).
+                first = last + 1
         try:
             lease = self.turn_serving.turns.new_lease(session_id)
         except SessionBusy:

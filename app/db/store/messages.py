@@ -132,7 +132,7 @@ class Messages(Transactions):
             if archive_ids:
                 db.connection().execute(
                     text(
-                        "UPDATE message SET active = 0, compacted = 1 "
+                        "UPDATE message SET active = FALSE, compacted = TRUE "
                         "WHERE session_id = :sid AND id IN ("
                         + ",".join(str(int(i)) for i in archive_ids)
                         + ")"

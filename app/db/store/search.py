@@ -12,7 +12,7 @@ import logging
 from sqlalchemy import text
 from sqlmodel import col, select
 
-from app.db import search_index
+from app.db import search_index, search_postgres
 from app.db.models import MessageRow
 from app.db.store.errors import STORE_FAILURES
 from app.db.store.records import StoredMessage, stored
@@ -65,19 +65,21 @@ class SearchIndex(Transactions):
         self.flush()
         self.searchable()
         with self._session() as db:
-            ids = (
-                db.connection()
-                .execute(
+            conn = db.connection()
+            if conn.dialect.name == "postgresql":
+                wanted = search_postgres.session_matches(
+                    conn, session_id=session_id, query=query, limit=limit
+                )
+            else:
+                found = conn.execute(
                     text(
                         "SELECT m.id FROM message_fts f JOIN message m ON m.id = f.rowid "
                         "WHERE message_fts MATCH :q AND m.session_id = :sid "
-                        "AND (m.active = 1 OR m.compacted = 1) ORDER BY m.id LIMIT :limit"
+                        "AND (m.active = TRUE OR m.compacted = TRUE) ORDER BY m.id LIMIT :limit"
                     ),
                     {"q": query, "sid": session_id, "limit": limit},
                 )
-                .scalars()
-            )
-            wanted = list(ids)
+                wanted = [int(i) for i in found.scalars()]
             if not wanted:
                 return []
             rows = db.exec(

@@ -31,15 +31,15 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
-from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlmodel import Session
 
 from app.db import tool_sets
-from app.db.engine import make_engine
+from app.db.database import Target, open_engine
 from app.db.leased_rows import LeasedRows
+from app.db.migrations import runner as migrations
 from app.db.models import SessionRow
 from app.db.store.errors import LeaseLost, as_persistence_error
 from app.db.store.records import StoredMessage
@@ -108,8 +108,19 @@ class Transactions:
         request, a disk that stalls) then holds that one thread, not every stream."""
 
     @classmethod
-    def open(cls, db_path: Path) -> Self:
-        return cls(make_engine(db_path))
+    def open(cls, target: Target, *, migrate: bool = True) -> Self:
+        """The store on a SQLite file or a PostgreSQL URL, its schema brought to the newest
+        revision first (or, with `migrate=False`, refused unless it is there already)."""
+        engine = open_engine(target)
+        try:
+            if migrate:
+                migrations.upgrade(engine)
+            else:
+                migrations.check(engine)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine)
 
     def close(self) -> None:
         # A turn's closing commit still in flight lands first, then the writer's own
