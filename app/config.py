@@ -7,7 +7,6 @@ process (a tool, a generated script) flip a security switch with one `os.environ
 
 from __future__ import annotations
 
-import base64
 import ipaddress
 import json
 import os
@@ -17,7 +16,6 @@ from decimal import Decimal
 from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -30,6 +28,7 @@ from pydantic_settings import (
 
 from app.config_rules import database_url as db_url
 from app.config_rules.trusted_networks import trusted_network
+from app.settings.work import WorkSettings, webhook_problem
 
 MIN_KEY_LENGTH = 16
 MIN_KEY_DISTINCT_CHARS = 8
@@ -378,7 +377,7 @@ def config_file_path() -> Path | None:
     return _toml_path()
 
 
-class Settings(BaseSettings):
+class Settings(BaseSettings, WorkSettings):
     """Everything Courier reads from its environment (prefix `COURIER_`) and TOML file."""
 
     model_config = SettingsConfigDict(env_prefix="COURIER_", frozen=True, extra="ignore")
@@ -552,20 +551,6 @@ class Settings(BaseSettings):
     search_index_interval_s: float = Field(default=1.0, ge=0)
     """How often new messages are added to the full-text index, in one batch (0: only
     when a search needs them). A search always sees every message (app/db/search_index.py)."""
-    background: bool = True
-    """Accept Responses requests with `background: true` (docs/background.md); off: 400."""
-    response_event_flush_s: float = Field(default=1.0, gt=0, le=60)
-    """How often running background responses' new events are stored (one commit for all)."""
-    webhook_url: str | None = None
-    """Where background responses' ends are announced, signed (docs/background.md)."""
-    webhook_secret: SecretStr | None = None
-    """`whsec_` + base64 of at least 24 random bytes: both reference verifiers read it alike."""
-    webhook_allow_hosts: Annotated[tuple[str, ...], NoDecode] = ()
-    """Loopback/private `host:port` (or CIDR) the URL may reach; the only plain-http hosts."""
-    webhook_timeout_s: float = Field(default=10.0, gt=0, le=120)
-    webhook_retry_first_s: float = Field(default=5.0, gt=0, le=3600)
-    """The first retry's wait; each next one 6 times longer (at most 8 h), jittered."""
-    webhook_retry_for_s: float = Field(default=86_400.0, gt=0)
     tokens_enabled: bool = False
     """Serve `POST /v1/tokens` and accept the short-lived JWTs it mints."""
     token_secret: SecretStr | None = None
@@ -763,24 +748,6 @@ def _split_list(value: Any) -> Any:
             return json.loads(text)
         return tuple(part.strip() for part in text.split(",") if part.strip())
     return value
-
-
-def webhook_problem(url: str | None, secret: SecretStr | None) -> str | None:
-    """What is wrong with a webhook target: a URL without a secret sends unsigned events; a
-    secret not `whsec_<base64>` is read differently by the two reference verifiers."""
-    if url is None or secret is None:
-        return None if (url, secret) == (None, None) else "set both COURIER_WEBHOOK_URL and _SECRET"
-    parsed = urlsplit(url)
-    if parsed.scheme not in ("https", "http") or not parsed.hostname or "@" in parsed.netloc:
-        return "COURIER_WEBHOOK_URL must be an http(s) URL without a user or password"
-    raw = secret.get_secret_value()
-    try:
-        key = base64.b64decode(raw.removeprefix("whsec_"), validate=True)
-    except ValueError:
-        key = b""
-    if not raw.startswith("whsec_") or len(key) < 24:
-        return "COURIER_WEBHOOK_SECRET must be whsec_ + the base64 of 24 or more random bytes"
-    return None
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -38,6 +38,8 @@ from app.api.http.errors import ApiError, validation_error
 from app.api.http.head import HeadAsGet
 from app.api.http.request_log import RequestLogMiddleware
 from app.api.http.security_headers import SECURITY_HEADERS, SecurityHeaders
+from app.api.jobs import router as jobs_routes
+from app.api.jobs.service import install_jobs
 from app.api.responses import router as responses
 from app.api.responses.background import BackgroundRuns
 from app.api.responses.background import repair_unfinished as repair_unfinished_background
@@ -239,6 +241,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ),
     )
     install_endpoints(app, turn_serving, _background_runs(settings, store, auth))
+    jobs = install_jobs(app, settings, store, auth.by_owner)
     if settings.metrics_port:
         # Loopback only: this listener has no auth, so it must not be reachable from outside.
         start_http_server(settings.metrics_port, addr="127.0.0.1", registry=metrics.registry)
@@ -247,8 +250,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        await jobs.stop()  # no run starts while the turns drain
         await turns.shutdown(drain_s=settings.drain_timeout_s)
         await getattr(app.state, responses.SERVING).aclose()  # its final records land first
+        await jobs.aclose()  # the runs' ends, after their responses' final records
         if app.state.mcp is not None:
             await app.state.mcp.aclose()
         if indexer is not None:
@@ -375,6 +380,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(turn_routes.router)
     app.include_router(responses.router)
     app.serve_directly(responses.router)
+    app.include_router(jobs_routes.router)
     app.include_router(capabilities.router)
     app.include_router(openapi.router)
     app.include_router(metrics_routes.router)

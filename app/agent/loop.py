@@ -22,6 +22,7 @@ from typing import Literal, assert_never
 from app.agent.accumulate import Reply
 from app.agent.context.compressor import OVERFLOW_RETRIES
 from app.agent.context.window import preflight
+from app.agent.cost.budget import HardCapReached
 from app.agent.events import (
     ClientToolCalls,
     ExitReason,
@@ -251,6 +252,8 @@ def stopped_by(exc: Exception, ctx: TurnContext, state: TurnState) -> Stop:
                 "turn %s: upstream request held back: it carried a server secret", ctx.turn_id
             )
             return Stop("secret_in_request", secret_error())
+        case HardCapReached():
+            return Stop("spend_limit", exc.error)
         case LeaseLost():
             return Stop("lease_lost", turn_error("session_busy", "conflict"))
         case PersistenceError():

@@ -9,7 +9,9 @@ A compaction's summary is an upstream call too, billed and recorded the same way
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from decimal import Decimal
 
 from app.agent.accumulate import Reply, ReplyBuilder
 from app.agent.context.cache_planner import effective_ttl
@@ -17,9 +19,17 @@ from app.agent.context.compressor import Summariser, SummarySkipped
 from app.agent.context.live_projection import projections_for
 from app.agent.context.row_passes import project_ahead
 from app.agent.context.window import Preflight, observe, preflight
+from app.agent.cost.budget import Admission, HardCapReached
+from app.agent.cost.call_bound import (
+    MIN_OUTPUT_TOKENS,
+    CallBound,
+    affordable_output,
+    call_cost,
+    prompt_bound,
+)
 from app.agent.cost.ledger import CallSite, Timing
 from app.agent.cost.ledger import record_call as record_call_at
-from app.agent.events import TurnReasoning, TurnText
+from app.agent.events import TurnError, TurnReasoning, TurnText
 from app.agent.turn_context import TurnContext, TurnState
 from app.providers.base import (
     Message,
@@ -28,6 +38,7 @@ from app.providers.base import (
     ToolChoice,
     UserMessage,
 )
+from app.providers.pricing import Cost
 from app.providers.retry import stream_with_retry
 from app.providers.usage import Usage
 
@@ -54,6 +65,7 @@ async def call_model(
         ctx, checked, final=final, tail=tail, tool_choice=tool_choice_for(ctx, state, final)
     )
     cache_break = checked.session.pending_cache_break
+    request, admission = admitted(ctx, request)
     # Request: stream it, passing text and reasoning on as they arrive.
     started = time.monotonic()
     first_byte: float | None = None
@@ -78,17 +90,24 @@ async def call_model(
                 ctx.emit(TurnText(event.text))
             elif event.kind == "reasoning":
                 ctx.emit(TurnReasoning(event.text))
-    except ProviderError as exc:
-        timing = Timing(started, first_byte)
-        record_call(
-            ctx, state, usage=Usage(), timing=timing, outcome=exc.kind, cache_break=cache_break
-        )
+    except BaseException as exc:
+        if admission is not None:
+            ctx.spend.settle(admission, billed=None, lost=first_byte is not None)
+        if isinstance(exc, ProviderError):
+            timing = Timing(started, first_byte)
+            record_call(
+                ctx, state, usage=Usage(), timing=timing, outcome=exc.kind, cache_break=cache_break
+            )
         raise
     # Count: price and record the call, and calibrate the window's estimate against it.
     reply = state.in_flight.reply()
     timing = Timing(started, first_byte)
     usage = reply.usage or Usage()
-    record_call(ctx, state, usage=usage, timing=timing, outcome="ok", cache_break=cache_break)
+    cost = record_call(
+        ctx, state, usage=usage, timing=timing, outcome="ok", cache_break=cache_break
+    )
+    if admission is not None:
+        ctx.spend.settle(admission, billed=cost, lost=reply.usage is None)
     observe(window, checked, usage=reply.usage)
     return reply
 
@@ -99,23 +118,65 @@ def summariser(ctx: TurnContext, state: TurnState) -> Summariser:
     async def summarise(request: ModelRequest) -> tuple[str, Usage | None]:
         if ctx.spend.check() is not None:
             raise SummarySkipped("a spend cap is reached; no model summary")
+        try:
+            request, admission = admitted(ctx, request)
+        except HardCapReached as exc:
+            raise SummarySkipped(exc.error.message) from None
         started, first_byte, building = time.monotonic(), None, ReplyBuilder()
         try:
             async for event in stream_with_retry(ctx.provider, request, max_attempts=2):
                 first_byte = first_byte or time.monotonic()
                 building.add(event)
-        except ProviderError as exc:
-            timing = Timing(started, first_byte)
-            record_call(
-                ctx, state, usage=Usage(), timing=timing, outcome=exc.kind, model=request.model
-            )
+        except BaseException as exc:
+            if admission is not None:
+                ctx.spend.settle(admission, billed=None, lost=first_byte is not None)
+            if isinstance(exc, ProviderError):
+                timing = Timing(started, first_byte)
+                record_call(
+                    ctx, state, usage=Usage(), timing=timing, outcome=exc.kind, model=request.model
+                )
             raise
         usage = building.usage or Usage()
         timing = Timing(started, first_byte)
-        record_call(ctx, state, usage=usage, timing=timing, outcome="ok", model=request.model)
+        cost = record_call(
+            ctx, state, usage=usage, timing=timing, outcome="ok", model=request.model
+        )
+        if admission is not None:
+            ctx.spend.settle(admission, billed=cost, lost=building.usage is None)
         return building.reply().text, building.usage
 
     return summarise
+
+
+def admitted(ctx: TurnContext, request: ModelRequest) -> tuple[ModelRequest, Admission | None]:
+    """`request` admitted under the turn's hard spend cap, its `max_tokens` clamped to what
+    the cap affords; raises `HardCapReached` when even a short answer could pass it. Under
+    no hard cap, `request` as it is."""
+    if not ctx.spend.hard:
+        return request, None
+    prompt = prompt_bound(request)
+    most = request.sampling.max_tokens or ctx.profile.max_output_tokens
+
+    def price(output_tokens: int) -> Decimal | None:
+        return call_cost(
+            CallBound(prompt, output_tokens),
+            model=request.model,
+            provider=ctx.profile.provider,
+            override=ctx.price_override,
+        )
+
+    admission = ctx.spend.admit(
+        price,
+        lambda headroom: affordable_output(price, headroom, most=most),
+        max_tokens=most,
+        min_tokens=MIN_OUTPUT_TOKENS,
+    )
+    if isinstance(admission, TurnError):
+        raise HardCapReached(admission)
+    if admission is None:
+        return request, None
+    sampling = dataclasses.replace(request.sampling, max_tokens=admission.max_tokens)
+    return dataclasses.replace(request, sampling=sampling), admission
 
 
 def tool_choice_for(ctx: TurnContext, state: TurnState, final: bool) -> ToolChoice:
@@ -180,8 +241,9 @@ def record_call(
     outcome: str,
     cache_break: str | None = None,
     model: str | None = None,
-) -> None:
-    """Price and record one upstream call of the turn, and add it to the turn's sums.
+) -> Cost:
+    """Price and record one upstream call of the turn, add it to the turn's sums and
+    return its cost.
     `cache_break`: the deliberate one the call makes, if any; `model`: when not the
     profile's (a summary's)."""
     site = CallSite(
@@ -207,3 +269,4 @@ def record_call(
     state.calls += 1
     state.usage = state.usage + usage
     state.cost = state.cost + cost
+    return cost

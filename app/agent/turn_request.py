@@ -106,6 +106,8 @@ class TurnRequest:
     """The app's own id for the conversation (a session header): names the session."""
     max_cost_usd: Decimal | None = None
     """The request's own spend cap."""
+    hard_cap: bool = False
+    """`max_cost_usd` is hard: no upstream call is sent that could pass it (a job run's)."""
     session_param: str = "session_id"
     """Where the client named the session, for the 404 that refuses it
     (`previous_response_id` on the Responses API)."""

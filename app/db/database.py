@@ -14,6 +14,7 @@ from sqlalchemy import Engine, create_engine
 
 import app.db.approval_models
 import app.db.chat_models
+import app.db.job_models
 import app.db.mcp_store
 import app.db.session_models
 import app.db.tool_models

@@ -26,6 +26,15 @@ UNSCOPED: dict[tuple[str, str], str] = {
     ("GET", "/console"): "the console's static page",
     ("GET", "/console/"): "the console's static page",
     ("GET", "/console/{name}"): "the console's static files, by file name",
+    # A key's jobs, not a session's: a bound token gets 403 on each, another key's job is a
+    # 404 (`reachable_job`, tests/e2e/test_jobs.py).
+    ("POST", "/v1/jobs"): "a key's jobs; a bound token gets 403",
+    ("GET", "/v1/jobs"): "a key's jobs; a bound token gets 403",
+    ("GET", "/v1/jobs/{job_id}"): "a key's job, resolved by reachable_job",
+    ("PATCH", "/v1/jobs/{job_id}"): "a key's job, resolved by reachable_job",
+    ("DELETE", "/v1/jobs/{job_id}"): "a key's job, resolved by reachable_job",
+    ("POST", "/v1/jobs/{job_id}/run"): "a key's job, resolved by reachable_job",
+    ("GET", "/v1/jobs/{job_id}/runs"): "a key's job, resolved by reachable_job",
 }
 RESOLVERS = {
     owned.chat_session,

@@ -50,14 +50,16 @@ class SpendCaps:
         end_user: str,
         session: SessionRow | None,
         request_cap: Decimal | None,
+        hard: bool = False,
     ) -> SpendGuard:
         """Every cap that applies to this turn, with what was spent against it so far.
         `end_user`: the app's end user the turn is for ("" for none, whom no end-user cap
-        binds: without one the key's own caps are the limit)."""
+        binds: without one the key's own caps are the limit). `hard`: the request cap is
+        never passed (`budget.py`)."""
         s = self.settings
         caps: list[Cap] = []
         if request_cap is not None:
-            caps.append(Cap("request", request_cap, Decimal(0)))
+            caps.append(Cap("request", request_cap, Decimal(0), hard=hard))
         if s.spend_cap_session_usd is not None:
             spent = Decimal(session.cost_usd) if session else Decimal(0)
             caps.append(Cap("session", s.spend_cap_session_usd, spent))

@@ -204,6 +204,7 @@ class SessionLifecycle:
             end_user=end_user,
             session=session,
             request_cap=req.max_cost_usd,
+            hard=req.hard_cap,
         )
         if (refusal := spend.check()) is not None:
             raise SpendRefused(refusal)

@@ -11,12 +11,15 @@ disconnects mid-stream still leaves a retrievable (cancelled) response behind.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import partial
 
 from app.agent.events import TurnFinished
+from app.agent.turn_request import TurnRequest
 from app.agent.turns.handle import Placed, TurnHandle
 from app.agent.turns.manager import IDEMPOTENCY_TTL_S, RETRY_WINDOW_S, SessionBusy
 from app.api.chat.render import usage_out
@@ -82,7 +85,12 @@ class ResponsesServing:
         and must get the same response, not a second record of one turn."""
 
     async def start(
-        self, request: ResponseCreateRequest, asked: Asked, *, retry: Retry
+        self,
+        request: ResponseCreateRequest,
+        asked: Asked,
+        *,
+        retry: Retry,
+        hard_cap: Decimal | None = None,
     ) -> ResponseRun:
         translated = translate(request)  # every 400 before a session is forked
         background = self._background_runs(request)
@@ -111,8 +119,11 @@ class ResponsesServing:
             asked,
             retry,
             model=request.model,
-            translate=lambda profile: translated.turn_request(
-                asked, session_id=session_id, profile=profile, remote=remote
+            translate=lambda profile: _capped(
+                translated.turn_request(
+                    asked, session_id=session_id, profile=profile, remote=remote
+                ),
+                hard_cap,
             ),
             on_open=open_background if background is not None else None,
         )
@@ -322,6 +333,14 @@ class ResponsesServing:
             q.mark_response_retracted(self.store, response_id=row.id)
         finally:
             self.store.release_lease(session_id=row.session_id, lease=lease)
+
+
+def _capped(req: TurnRequest, hard_cap: Decimal | None) -> TurnRequest:
+    """`start`'s `hard_cap`: the request's spend cap, never passed by an upstream call (a
+    job run's `max_cost_usd`, app/api/jobs/runner.py); a client's own cap stays soft."""
+    if hard_cap is None:
+        return req
+    return dataclasses.replace(req, max_cost_usd=hard_cap, hard_cap=True)
 
 
 def _token_session_mismatch() -> ApiError:

@@ -1,0 +1,1 @@
+"""The jobs API (`/v1/jobs`), its runner and the scheduler loop (docs/jobs.md)."""
