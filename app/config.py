@@ -26,8 +26,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from app.config_rules import database_url as db_url
-from app.config_rules.trusted_networks import trusted_network
+from app.settings import database_url as db_url
+from app.settings.trusted_networks import trusted_network
 from app.settings.work import WorkSettings, webhook_problem
 
 MIN_KEY_LENGTH = 16

@@ -19,12 +19,12 @@ import app.db.mcp_store
 import app.db.session_models
 import app.db.tool_models
 import app.db.webhook_models  # noqa: F401  (registers the tools' and webhooks' tables too)
-from app.config_rules.database_url import password_of
 from app.db import (
     models,  # noqa: F401  (registers the tables on SQLModel.metadata)
     tool_sets,  # noqa: F401  (its table, and the load event resolving session snapshots)
 )
 from app.db.engine import sqlite_engine
+from app.settings.database_url import password_of
 
 if TYPE_CHECKING:
     from app.config import Settings

@@ -1,3 +1,3 @@
-"""Groups of settings that `app/config.py` composes into its one `Settings` (kept apart so
-that module stays under the size limit).
-"""
+"""Pieces of the one `Settings` in `app/config.py`, kept apart so that module stays under the
+size limit: groups of settings it composes (`work.py`) and how single settings are read
+(pure functions of a value, importing nothing of Courier's, so app/config.py may use them)."""
