@@ -14,7 +14,7 @@ import pytest
 
 from app.simulator import anthropic_wire
 from tests.support.approvals import call
-from tests.support.mcp import stdio_toolbox, write_config
+from tests.support.mcp import http_toolbox, stdio_toolbox, write_config
 from tests.support.mcp_servers.toolbox import PIXEL
 from tests.support.server import Server, ServerFactory
 from tests.support.sim import Simulator
@@ -133,3 +133,38 @@ def test_odd_images_stay_placeholders_and_the_turn_goes_on(
     text = json.dumps(body["messages"])
     assert "[image image/svg+xml, 41 bytes, not shown]" in text
     assert "odd pictures follow" in text and text.count("not shown]") == 2
+
+
+def test_a_remote_mcp_tools_image_reaches_the_model_too(
+    servers: ServerFactory, sim: Simulator, tmp_path: Path
+) -> None:
+    # A Responses request's own server (`tools: [{"type": "mcp"}]`), not a configured one.
+    with http_toolbox(tmp_path / "remote") as url:
+        server = servers(COURIER_MCP_URL_ALLOW=url.split("/")[2])
+        sim.script(
+            [
+                {"reply": {"tool_calls": [call("mcp__tb__image")]}},
+                {"reply": {"text": "seen"}},
+            ]
+        )
+        resp = httpx.post(
+            f"{server.base_url}/v1/responses",
+            json={
+                "model": "courier",
+                "input": "show me",
+                "tools": [
+                    {
+                        "type": "mcp",
+                        "server_label": "tb",
+                        "server_url": url,
+                        "require_approval": "never",
+                    }
+                ],
+            },
+            headers=server.headers(),
+            timeout=120,
+        )
+        assert resp.status_code == 200, resp.text
+        server.stop()
+    sim.assert_script_done()
+    assert images_sent("openai", bodies(sim)[-1]) == [IMAGE_PART]

@@ -52,8 +52,12 @@ with a 400, and that would fail every later turn of the session, which resends i
 def to_outcome(result: CallToolResult, *, server: str, tool: str) -> ToolOutcome:
     text = result_text(result)
     fenced = fence(text, f"{server}/{tool}", kind=KIND)
-    images = tuple(i for b in result.content if (i := shown_image(b)) is not None)
-    return ToolOutcome(fenced, is_error=bool(result.is_error), images=images)
+    return ToolOutcome(fenced, is_error=bool(result.is_error), images=result_images(result))
+
+
+def result_images(result: CallToolResult) -> tuple[Image, ...]:
+    """The images of the result the model is shown (`attached` in `result_text`)."""
+    return tuple(i for b in result.content if (i := shown_image(b)) is not None)
 
 
 def shown_image(block: object) -> Image | None:
