@@ -4,6 +4,8 @@ result as it arrives, and relocate oversized output behind a preview."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -19,9 +21,10 @@ from app.agent.events import (
     ToolStarted,
     TurnEvent,
 )
+from app.db.chat_store import StoredImage, put_images
 from app.db.mcp_store import McpCall, record_call
 from app.db.store import NewMessage, Store
-from app.providers.base import ToolCall
+from app.providers.base import Image, ToolCall
 from app.tools.call_repair import repair_json_arguments, resolve_tool_name
 from app.tools.dispatch import Guard, dispatch
 from app.tools.mcp.names import is_mcp_name, server_of, tool_of
@@ -98,6 +101,15 @@ def _remote_result(call: ToolCall, outcome: ToolOutcome) -> RemoteMcpResult:
         return RemoteMcpResult(call.id, outcome.output, error_json(outcome.error))
     # Answered before the server was reached (bad arguments, a refusal): Courier's words.
     return RemoteMcpResult(call.id, None, error_json(execution_error(outcome.content)))
+
+
+def _stored(images: Sequence[Image]) -> list[StoredImage]:
+    """A tool's images keyed like a user's (sha256 of the bytes): the same picture is one
+    row per session whoever brought it."""
+    return [
+        StoredImage(hashlib.sha256(base64.b64decode(i.data)).hexdigest(), i.media_type, i.data, "")
+        for i in images
+    ]
 
 
 def _parses(raw: str) -> bool:
@@ -205,12 +217,16 @@ class BatchRunner:
             raise
 
     def _store_result(self, call: ToolCall, outcome: ToolOutcome, *, ran_ms: float = 0.0) -> int:
+        images = _stored(outcome.images)
+        # The images land before the row naming them: a row read back always finds them.
+        put_images(self.store, session_id=self.tool_ctx.session_id, images=images)
         result = NewMessage(
             role="tool",
             content=outcome.content,
             tool_call_id=call.id,
             tool_name=call.name,
             is_error=outcome.is_error,
+            images=tuple(i.sha256 for i in images),
         )
         [row_id] = self.store.append_messages(
             session_id=self.tool_ctx.session_id,

@@ -142,9 +142,15 @@ def _blocks(message: Message, ttl: str) -> tuple[str, list[dict[str, Any]]]:
             return "user", pictures + ([{"type": "text", "text": text}] if text else [])
         case UserMessage(content=text):
             return "user", [{"type": "text", "text": text}] if text else []
-        case ToolResultMessage(tool_call_id=call_id, content=text, is_error=is_error):
+        case ToolResultMessage(
+            tool_call_id=call_id, content=text, is_error=is_error, images=images
+        ):
             block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
-            if text:
+            if images:
+                # The Messages API takes image blocks inside a tool_result, after its text.
+                texts = [{"type": "text", "text": text}] if text else []
+                block["content"] = texts + [_image_block(image) for image in images]
+            elif text:
                 block["content"] = text
             if is_error:
                 block["is_error"] = True

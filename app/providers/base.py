@@ -32,7 +32,8 @@ class SystemBlock:
 
 @dataclass(frozen=True, slots=True)
 class Image:
-    """An image the user attached: a data URL's bytes (base64) or an https URL."""
+    """An image the user attached (a data URL's bytes, base64, or an https URL), or one an
+    MCP tool returned (always base64)."""
 
     media_type: str = ""
     data: str = ""
@@ -69,6 +70,9 @@ class ToolResultMessage:
     is_error: bool = False
     kind: Literal["tool"] = "tool"
     cache: bool = False
+    images: tuple[Image, ...] = ()
+    """Images the tool returned (an MCP server's ImageContent); each wire carries them as
+    its API allows, after `content`."""
 
 
 Message = UserMessage | AssistantMessage | ToolResultMessage

@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Hashable
+from collections.abc import AsyncGenerator, AsyncIterator, Hashable, Sequence
 from contextlib import aclosing, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -147,6 +147,43 @@ def _message(message: Message, *, cache_markers: bool, ttl: str) -> dict[str, An
             return out
 
 
+TOOL_IMAGES_NOTE = "(the images the tool results above returned)"
+"""The text before the images a run of tool results returned, so the model does not read
+them as the user's."""
+
+
+def _chat_messages(
+    messages: Sequence[Message], *, cache_markers: bool, ttl: str
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    held: list[Image] = []
+    for at, message in enumerate(messages):
+        out.append(_message(message, cache_markers=cache_markers, ttl=ttl))
+        if not isinstance(message, ToolResultMessage):
+            continue
+        held += message.images
+        after = messages[at + 1] if at + 1 < len(messages) else None
+        if held and not isinstance(after, ToolResultMessage):
+            # A tool message takes text only here, and an assistant's tool calls must be
+            # followed by all their results before any other message (a 400 otherwise):
+            # the run's images follow it as one user message.
+            out.append(_tool_images(held))
+            held = []
+    return out
+
+
+def _tool_images(images: Sequence[Image]) -> dict[str, Any]:
+    items: list[dict[str, Any]] = [{"type": "text", "text": TOOL_IMAGES_NOTE}]
+    items += [{"type": "image_url", "image_url": {"url": _image_url(i)}} for i in images]
+    return {"role": "user", "content": items}
+
+
+class _NeedsNeighbours(Exception):
+    """A tool result with images: its encoding depends on the messages after it, which a
+    message's kept fragment cannot (`MessageFragments.encoded`), so the body is built
+    whole instead."""
+
+
 def _image_url(image: Image) -> str:
     return image.url or f"data:{image.media_type};base64,{image.data}"
 
@@ -196,10 +233,7 @@ def build_chat_body(request: ModelRequest, *, cache_markers: bool = False) -> di
     system = _system_message(request, cache_markers=cache_markers)
     if system is not None:
         messages.append(system)
-    messages += [
-        _message(message, cache_markers=cache_markers, ttl=request.cache_ttl)
-        for message in request.messages
-    ]
+    messages += _chat_messages(request.messages, cache_markers=cache_markers, ttl=request.cache_ttl)
     body: dict[str, Any] = {"model": request.model, "messages": messages}
     if request.tools:
         body["tools"] = [
@@ -284,6 +318,8 @@ class _Fragments:
         ttl = request.cache_ttl
 
         def encode(message: Message) -> bytes:
+            if isinstance(message, ToolResultMessage) and message.images:
+                raise _NeedsNeighbours
             return orjson.dumps(_message(message, cache_markers=cache_markers, ttl=ttl))
 
         key = self._key(request, cache_markers, scan)
@@ -324,7 +360,9 @@ def encode_chat_pieces(
         parts = _FRAGMENTS.encoded(request, cache_markers, scan)
         rest = orjson.dumps({k: v for k, v in shell.items() if k not in ("model", "messages")})
         head = orjson.dumps({"model": shell["model"]})[:-1]
-    except TypeError:
+    except (TypeError, _NeedsNeighbours):
+        # A session with tool images pays for a whole build on each call while they are in
+        # its history; every other session keeps the spliced fragments.
         body = encode_body(build_chat_body(request, cache_markers=cache_markers))
         scan.check(body)
         return [body]

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from app.config import ToolQuota
 from app.db.store import STORE_FAILURES, Store
-from app.providers.base import ToolCall, ToolSpec
+from app.providers.base import Image, ToolCall, ToolSpec
 from app.tools.call_repair import coerce_arguments, resolve_tool_name
 from app.tools.capacity import ToolSlots
 
@@ -57,6 +57,9 @@ class ToolContext:
 class ToolOutcome:
     content: str
     is_error: bool = False
+    images: tuple[Image, ...] = field(default=(), kw_only=True)
+    """Images for the model beside `content` (an MCP tool's), stored with the result;
+    keyword-only, so the subclasses' positional fields keep their places."""
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[str | ToolOutcome]]

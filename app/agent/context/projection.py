@@ -76,7 +76,12 @@ class Fold:
                 call = self.open_calls.pop(row.tool_call_id or "", None)
                 if call is None:
                     continue  # a result for no open call would be rejected upstream
-                out.append(ToolResultMessage(call.id, call.name, _text(row), is_error=row.is_error))
+                pictures = _images(row, images) if row.images and images else ()
+                out.append(
+                    ToolResultMessage(
+                        call.id, call.name, _text(row), is_error=row.is_error, images=pictures
+                    )
+                )
                 continue
             if self.open_calls:
                 out += _closing(self.open_calls)

@@ -73,6 +73,8 @@ def server_tools(conn: McpConnection) -> tuple[list[Tool], list[LeftOut]]:
 def _handler(conn: McpConnection, raw: str) -> ToolHandler:
     async def call(args: dict[str, Any], _ctx: ToolContext) -> ToolOutcome:
         outcome, kind = await conn.call(raw, args)
-        return McpOutcome(outcome.content, outcome.is_error, kind, conn.name, raw)
+        return McpOutcome(
+            outcome.content, outcome.is_error, kind, conn.name, raw, images=outcome.images
+        )
 
     return call

@@ -35,7 +35,7 @@ from app.tools.mcp.remote import (
     RemoteServer,
     execution_error,
 )
-from app.tools.mcp.results import KIND, result_text
+from app.tools.mcp.results import KIND, result_images, result_text
 from app.tools.untrusted import fence
 
 log = logging.getLogger(__name__)
@@ -153,9 +153,12 @@ async def call_tool(
         return RemoteOutcome(fenced, True, kind, server=server.label, tool=raw, error=error)
     text = _redacted(result_text(result), server)
     fenced = fence(text, source, kind=KIND)
+    # The images its text calls `attached` go to the model like a configured server's.
+    images = result_images(result)
     if result.is_error:
         error = execution_error(text[:MAX_OUTPUT_CHARS])
-        return RemoteOutcome(fenced, True, "tool_error", server=server.label, tool=raw, error=error)
-    return RemoteOutcome(
-        fenced, False, "ok", server=server.label, tool=raw, output=text[:MAX_OUTPUT_CHARS]
-    )
+        return RemoteOutcome(
+            fenced, True, "tool_error", server.label, raw, error=error, images=images
+        )
+    output = text[:MAX_OUTPUT_CHARS]
+    return RemoteOutcome(fenced, False, "ok", server.label, raw, output=output, images=images)

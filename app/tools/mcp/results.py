@@ -1,9 +1,12 @@
 """An MCP server's answer as a tool result the model reads: text, fenced as untrusted.
 
 The server is outside Courier: what it returns may be written to steer the model, so
-every result, errors included, is fenced (app/tools/untrusted.py). Content a chat wire
-cannot carry in a tool result (images, audio, binary resources) is named, with its size,
-rather than dropped silently: the model then knows the tool answered and what it left out.
+every result, errors included, is fenced (app/tools/untrusted.py). Content the model
+cannot be shown (audio, binary resources, an image too big or of a type the wires do not
+take, or whose base64 does not decode) is named, with its size, rather than dropped
+silently: the model then knows the tool answered and what it left out. An image the wires
+accept keeps its line in the text and rides beside it (`ToolOutcome.images`), so the
+result reads the same whether or not a wire can show it.
 Failures of the connection itself (a timeout, a crash) become error results the model can
 act on; none of them raise.
 """
@@ -25,16 +28,53 @@ from mcp.types import (
     TextResourceContents,
 )
 
+from app.providers.base import Image
 from app.tools.mcp.remote import RESULT_KIND
 from app.tools.registry import ToolOutcome
 from app.tools.untrusted import fence
 
 KIND = RESULT_KIND
 
+IMAGE_TYPES: dict[str, tuple[bytes, ...]] = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
+"""The image types both wires take (Anthropic's image block accepts only these four), with
+the bytes each file starts with: bytes that are not the image they claim to be would be
+refused upstream on this turn and on every later one, which resends them."""
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+"""Decoded size past which an image stays a placeholder: Anthropic refuses a bigger image
+with a 400, and that would fail every later turn of the session, which resends it."""
+
 
 def to_outcome(result: CallToolResult, *, server: str, tool: str) -> ToolOutcome:
     text = result_text(result)
-    return ToolOutcome(fence(text, f"{server}/{tool}", kind=KIND), is_error=bool(result.is_error))
+    fenced = fence(text, f"{server}/{tool}", kind=KIND)
+    return ToolOutcome(fenced, is_error=bool(result.is_error), images=result_images(result))
+
+
+def result_images(result: CallToolResult) -> tuple[Image, ...]:
+    """The images of the result the model is shown (`attached` in `result_text`)."""
+    return tuple(i for b in result.content if (i := shown_image(b)) is not None)
+
+
+def shown_image(block: object) -> Image | None:
+    """The image block as the model is shown it, or None when it stays a placeholder."""
+    if not isinstance(block, ImageContent) or block.mime_type not in IMAGE_TYPES:
+        return None
+    try:
+        raw = base64.b64decode("".join(block.data.split()), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if len(raw) > MAX_IMAGE_BYTES or not raw.startswith(IMAGE_TYPES[block.mime_type]):
+        return None
+    if block.mime_type == "image/webp" and raw[8:12] != b"WEBP":
+        return None
+    # Re-encoded from the bytes: the stored and resent payload is canonical base64
+    # whatever padding or line breaks the server sent.
+    return Image(block.mime_type, base64.b64encode(raw).decode())
 
 
 def result_text(result: CallToolResult) -> str:
@@ -53,7 +93,10 @@ def _part(block: object) -> str:
     if isinstance(block, TextContent):
         return block.text
     if isinstance(block, ImageContent):
-        return f"[image {block.mime_type}, {_decoded_size(block.data)} bytes, not shown]"
+        size = _decoded_size(block.data)
+        if shown_image(block) is not None:
+            return f"[image {block.mime_type}, {size} bytes, attached]"
+        return f"[image {block.mime_type}, {size} bytes, not shown]"
     if isinstance(block, AudioContent):
         return f"[audio {block.mime_type}, {_decoded_size(block.data)} bytes, not shown]"
     if isinstance(block, ResourceLink):

@@ -72,6 +72,18 @@ def image() -> list[TextContent | ImageContent]:
 
 
 @server.tool()
+def odd_images() -> list[TextContent | ImageContent]:
+    """Answer with images no wire may be sent: a type they refuse and broken base64."""
+    _count("odd_images")
+    svg = base64.b64encode(b"<svg xmlns='http://www.w3.org/2000/svg'/>").decode()
+    return [
+        TextContent(type="text", text="odd pictures follow"),
+        ImageContent(type="image", data=svg, mime_type="image/svg+xml"),
+        ImageContent(type="image", data="%%% not base64 %%%", mime_type="image/png"),
+    ]
+
+
+@server.tool()
 def fail(reason: str) -> str:
     """Raise, which the SDK turns into an error result."""
     _count("fail")
